@@ -1,0 +1,55 @@
+"""The one engine protocol every engine implements (hf, fake; vllm and openai later).
+
+`start() / stop() / stream(request) -> events / info() / server_metrics()`. `stream` yields `TokenEvent`s
+as tokens are produced and ends with exactly one `FinishEvent` carrying the engine's own timings
+(`ServerTimings`). Admission refusal is `RequestRejected`; anything else raised is an error outcome —
+the load runner turns both into records, never into exceptions out of the run.
+
+Deliberately not here: timing from the client side (the load runner owns that) and engine-specific knobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Protocol, runtime_checkable
+
+from inferopt.records import ServerTimings
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    max_new_tokens: int
+    tenant: str = "default"
+    priority: int = 0
+    prefix_group: int = -1
+    prefix_len: int = 0
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token_ids: tuple[int, ...]   # one chunk may carry several tokens
+    server_s: float | None = None
+
+
+@dataclass(frozen=True)
+class FinishEvent:
+    server: ServerTimings = field(default_factory=ServerTimings)
+
+
+class RequestRejected(Exception):
+    """The engine refused the request at admission (queue full, overload): outcome `rejected`."""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def stream(self, request: GenRequest) -> AsyncIterator[TokenEvent | FinishEvent]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    async def server_metrics(self) -> dict[str, float]: ...

@@ -1,0 +1,174 @@
+"""RequestRecord: what happened to one request, as raw timestamps plus its outcome — nothing derived.
+
+All `*_s` timestamps are seconds on one clock: `now_s()`, a monotonic clock anchored to the Unix epoch
+at import, so in-process engines, the load runner and (later) server-side spans can be compared.
+Metrics (TTFT, TPOT, Q, T_prefill, residuals) are pure functions of these fields in `inferopt.measure.phases`.
+
+`RecordSink` appends each finished record as one JSON line and flushes, so killing a run mid-way leaves
+every finished request on disk. Failures are records too (M2): outcome + error, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+import pandas as pd
+
+Outcome = Literal["ok", "timeout", "rejected", "error"]
+OUTCOMES: tuple[str, ...] = ("ok", "timeout", "rejected", "error")
+
+_EPOCH_ANCHOR = time.time() - time.perf_counter()
+
+
+def now_s() -> float:
+    """Epoch seconds from the monotonic high-resolution clock (safe to subtract, comparable across threads)."""
+    return _EPOCH_ANCHOR + time.perf_counter()
+
+
+@dataclass
+class ServerTimings:
+    """What the engine itself saw for one request (server side). None = that phase never happened."""
+
+    arrival_s: float | None = None         # engine received the request
+    admitted_s: float | None = None        # left the queue: picked into a batch
+    context_ready_s: float | None = None   # prompt tokenized / context assembled (C_context ends)
+    prefill_start_s: float | None = None
+    prefill_end_s: float | None = None     # prefill forward done (logits for the first token exist)
+    token_s: list[float] = field(default_factory=list)  # emission time of each output token
+    done_s: float | None = None
+    cached_tokens: int = 0                 # prompt tokens served from a prefix cache
+    batch_size_at_admit: int | None = None  # sequences in the batch this request joined
+    finish_reason: str | None = None       # "eos", "length", "cancelled", ...
+
+
+@dataclass
+class RequestRecord:
+    """One request's life, client and server side. Column names carry units (`_s` epoch seconds)."""
+
+    request_id: str
+    outcome: Outcome
+    error: str | None = None
+    # workload facts
+    input_len: int = 0
+    target_output_len: int = 0
+    tenant: str = "default"
+    priority: int = 0
+    prefix_group: int = -1
+    # client side
+    intended_s: float = 0.0                # when the open-loop schedule said to send
+    sent_s: float | None = None            # when the client actually sent
+    client_token_s: list[float] = field(default_factory=list)  # receive time of each token
+    client_done_s: float | None = None
+    external_s: float = 0.0                # T_external: tool calls / transport the client spent outside the engine
+    output_len: int = 0
+    # server side
+    arrival_s: float | None = None
+    admitted_s: float | None = None
+    context_ready_s: float | None = None
+    prefill_start_s: float | None = None
+    prefill_end_s: float | None = None
+    token_s: list[float] = field(default_factory=list)
+    done_s: float | None = None
+    cached_tokens: int = 0
+    batch_size_at_admit: int | None = None
+    finish_reason: str | None = None
+    output_token_ids: list[int] = field(default_factory=list)
+    # context of the run (set by whoever runs it)
+    run_tag: str = ""
+    arm: str = ""
+    trial: int = 0
+    scenario: str = ""
+
+    def with_server(self, server: ServerTimings) -> "RequestRecord":
+        for f in fields(ServerTimings):
+            setattr(self, f.name, getattr(server, f.name))
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class RecordSink:
+    """Append-only JSONL file of finished records; each line is flushed and fsynced as it is written."""
+
+    def __init__(self, path: str | Path, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a", encoding="utf-8")
+        self._fsync = fsync
+
+    def write(self, record: RequestRecord) -> None:
+        self._fh.write(record.to_json() + "\n")
+        self._fh.flush()
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> "RecordSink":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_records(path: str | Path) -> list[RequestRecord]:
+    """Read a JSONL sink back; a torn last line (killed mid-write) is skipped."""
+    out = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                out.append(RequestRecord.from_dict(json.loads(line)))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+_LIST_COLUMNS = ("client_token_s", "token_s", "output_token_ids")
+
+
+def records_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
+    """requests table: one row per request, scalar columns only (token lists go to `tokens_to_frame`).
+    Adds first/last token timestamps so per-request metrics need no list columns."""
+    rows = []
+    for r in records:
+        d = asdict(r)
+        for col in _LIST_COLUMNS:
+            d.pop(col)
+        d["first_token_s"] = r.token_s[0] if r.token_s else None
+        d["last_token_s"] = r.token_s[-1] if r.token_s else None
+        d["client_first_token_s"] = r.client_token_s[0] if r.client_token_s else None
+        d["client_last_token_s"] = r.client_token_s[-1] if r.client_token_s else None
+        d["n_client_tokens"] = len(r.client_token_s)
+        rows.append(d)
+    columns = [f.name for f in fields(RequestRecord) if f.name not in _LIST_COLUMNS] + [
+        "first_token_s", "last_token_s", "client_first_token_s", "client_last_token_s", "n_client_tokens"
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def tokens_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
+    """tokens table: one row per output token (request_id, arm, trial, scenario, index, server_s, client_s)."""
+    rows = []
+    for r in records:
+        n = max(len(r.token_s), len(r.client_token_s))
+        for i in range(n):
+            rows.append({
+                "request_id": r.request_id, "arm": r.arm, "trial": r.trial, "scenario": r.scenario, "index": i,
+                "token_id": r.output_token_ids[i] if i < len(r.output_token_ids) else None,
+                "server_s": r.token_s[i] if i < len(r.token_s) else None,
+                "client_s": r.client_token_s[i] if i < len(r.client_token_s) else None,
+            })
+    return pd.DataFrame(rows, columns=["request_id", "arm", "trial", "scenario", "index", "token_id", "server_s", "client_s"])
