@@ -83,6 +83,7 @@ class RequestRecord:
     arm: str = ""
     trial: int = 0
     scenario: str = ""
+    warmup: bool = False                   # warm-up requests are recorded but excluded from metrics
 
     def with_server(self, server: ServerTimings) -> "RequestRecord":
         for f in fields(ServerTimings):

@@ -1,0 +1,115 @@
+"""The `optimize` flow: one candidate through the six steps, into one MLflow parent run.
+
+    python -m flows.optimize configs/candidates/batching.yaml        # run once (ephemeral Prefect API)
+    python -m flows.optimize --serve                                 # serve deployment optimize/candidate
+    prefect deployment run optimize/candidate -p candidate=configs/candidates/sdpa.yaml --watch
+
+measure -> locate -> choose -> ablate -> validate -> gate -> verdict. The config is validated before any
+model loads; every step is a Prefect task wrapping a pure function of `inferopt`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from prefect import flow, task  # noqa: E402
+
+from inferopt.config import CandidateConfig, load_config  # noqa: E402
+from tasks.ablate import ablate_task  # noqa: E402
+from tasks.gate import gate_task  # noqa: E402
+from tasks.locate import choose_task, locate_task  # noqa: E402
+from tasks.measure import measure_task  # noqa: E402
+from tasks.tracking import Tracker  # noqa: E402
+from tasks.validate import validate_task  # noqa: E402
+from tasks.verdict import verdict_task  # noqa: E402
+
+DEFAULT_CANDIDATE = "configs/candidates/batching.yaml"
+
+
+@task(name="load-config")
+def load_candidate(candidate: str, overrides: dict[str, Any] | None = None) -> CandidateConfig:
+    return load_config(candidate, kind="candidate", **(overrides or {}))
+
+
+@flow(name="optimize", log_prints=True, validate_parameters=True)
+def optimize(candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | None = None,
+             experiment: str = "inferopt") -> dict[str, Any]:
+    """Judge one candidate optimization. `candidate` is a YAML path (relative to the working directory);
+    `overrides` sets dotted fields, e.g. {"workload.num_requests": 16}."""
+    cfg = load_candidate(candidate, overrides)
+    tracker = Tracker.start(run_name=cfg.name, experiment=experiment,
+                            tags={"inferopt.candidate": cfg.name, "inferopt.config_path": str(candidate)})
+    print(f"[optimize] MLflow run {tracker.parent_run_id}; results in {tracker.results_dir}")
+    try:
+        tracker.params({"candidate": cfg.name, "changes": cfg.changes, "workload": cfg.workload.model_dump(mode="json"),
+                        "slo": cfg.slo.model_dump(mode="json"), "hardware": cfg.hardware.name,
+                        "baseline": cfg.baseline.model_dump(mode="json")})
+        tracker.json(cfg.model_dump(mode="json"), "candidate.resolved.json")
+        tracker.file(candidate)
+        measured = measure_task(cfg, tracker)
+        located = locate_task(cfg, measured, tracker)
+        choice = choose_task(cfg, located, tracker)
+        ablation = ablate_task(cfg, tracker)
+        scenarios = validate_task(cfg, tracker, arm="candidate")
+        gate = gate_task(cfg, ablation, located, choice, tracker)
+        verdict = verdict_task(cfg, measured, located, choice, ablation, scenarios, gate, tracker)
+    except BaseException:
+        tracker.tags({"inferopt.verdict": "error"})
+        tracker.finish(status="FAILED")
+        raise
+    tracker.finish()
+    return {"run_id": tracker.parent_run_id, "decision": verdict.decision, "reasons": verdict.reasons,
+            "warnings": verdict.warnings, "results_dir": str(tracker.results_dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Judge a candidate serving optimization (six steps).")
+    parser.add_argument("candidate", nargs="?", default=DEFAULT_CANDIDATE, help="candidate YAML")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a dotted field (YAML value), e.g. --set workload.num_requests=16")
+    parser.add_argument("--serve", action="store_true", help="serve the optimize/candidate deployment")
+    parser.add_argument("--cron", default=None, help="with --serve: a cron schedule, e.g. '0 2 * * *'")
+    args = parser.parse_args(argv)
+    if args.serve:
+        optimize.serve(name="candidate", cron=args.cron, parameters={"candidate": args.candidate})
+        return 0
+    import yaml
+
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected FIELD=VALUE")
+        overrides[key] = yaml.safe_load(value)
+    # fail on a bad config before Prefect or any model starts
+    from inferopt.config import ConfigError
+
+    try:
+        load_config(args.candidate, kind="candidate", **overrides)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    result = optimize(candidate=args.candidate, overrides=overrides or None)
+    print(json.dumps({"decision": result["decision"], "mlflow_run_id": result["run_id"],
+                      "results_dir": result["results_dir"]}))
+    print(f"\nVERDICT: {result['decision'].upper()}  (MLflow run {result['run_id']})")
+    for line in result["reasons"]:
+        print(f"  {line}")
+    for w in result["warnings"]:
+        print(f"  WARNING: {w}")
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    print(f"\nReview: .venv/bin/mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Step 2, locate: put the measured phases next to their ceilings (roofline, KV capacity) and name the
+dominant cause with its evidence (L1–L4). Then step 3's `choose` matches remedies to that cause.
+
+Deliberately not here: the rules themselves (`bottleneck.py`) and the remedy catalogue (`remedies.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from inferopt.analysis.bottleneck import Verdict, locate, roofline_points
+from inferopt.analysis.hardware import HardwareProfile, load_hardware
+from inferopt.analysis.kv import kv_table
+from inferopt.analysis.roofline import ModelDims, achieved, roofline_table, weight_bytes
+from inferopt.config import CandidateConfig, FakeSystem, HFSystem
+
+BYTES_PER_ELEM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+
+
+@dataclass
+class LocateResult:
+    hardware: HardwareProfile
+    dims: ModelDims | None
+    roofline: pd.DataFrame          # ceilings per phase operating point
+    measured: pd.DataFrame          # the same points with achieved FLOP/s and bandwidth from measured times
+    kv: pd.DataFrame
+    verdict: Verdict
+
+
+def model_dims(system: HFSystem | FakeSystem) -> ModelDims | None:
+    if not isinstance(system, HFSystem):
+        return None
+    from inferopt.model.loading import resolve_model_dir
+
+    return ModelDims.from_hf_config(json.loads((resolve_model_dir(system.model) / "config.json").read_text()))
+
+
+def _measured_points(roof: pd.DataFrame, phases: pd.DataFrame, hw: HardwareProfile) -> pd.DataFrame:
+    ok = phases[phases["outcome"] == "ok"]
+    rows = []
+    for _, r in roof.iterrows():
+        if r["phase"] == "prefill":
+            t_ms = float(ok["prefill_ms"].median())
+        else:
+            steps = (ok["output_len"] - 1).clip(lower=1)
+            t_ms = float((ok["decode_ms"] / steps).median())
+        if not np.isfinite(t_ms) or t_ms <= 0:
+            continue
+        a = achieved(r["flops"], r["bytes"], t_ms / 1000.0, hw.peak_flops_per_s, hw.mem_bandwidth_bytes_per_s)
+        rows.append({"phase": r["phase"], "measured_ms": t_ms, "roofline_min_ms": r["t_min_s"] * 1000.0,
+                     "ai_flop_per_byte": r["ai_flop_per_byte"], **a})
+    return pd.DataFrame(rows)
+
+
+def locate_step(candidate: CandidateConfig, phases: pd.DataFrame) -> LocateResult:
+    system = candidate.baseline
+    dtype = system.dtype if isinstance(system, HFSystem) else "float32"
+    threads = system.torch_threads if isinstance(system, HFSystem) else 1
+    hw = load_hardware(candidate.hardware, dtype, threads)
+    dims = model_dims(system)
+    if dims is None:
+        roof = pd.DataFrame()
+        kv = pd.DataFrame()
+        measured = pd.DataFrame()
+    else:
+        b = BYTES_PER_ELEM[dtype]
+        roof = roofline_table(dims, hw.peak_flops_per_s, hw.mem_bandwidth_bytes_per_s, roofline_points(phases),
+                              weight_bytes_per_elem=b, kv_bytes_per_elem=b, act_bytes_per_elem=b)
+        ok = phases[phases["outcome"] == "ok"]
+        ctx = (ok["input_len"] + ok["output_len"]).to_numpy(float)
+        ctx_lens = sorted({int(np.quantile(ctx, q)) for q in (0.5, 0.95, 1.0)}) if len(ctx) else [512]
+        kv = kv_table(dims, ctx_lens, system.batching.max_batch_size, b, hw.memory_bytes, weight_bytes(dims, b))
+        measured = _measured_points(roof, phases, hw)
+    knobs: dict[str, Any] = {"max_batch_size": system.batching.max_batch_size}
+    verdict = locate(phases, roof, kv, knobs)
+    return LocateResult(hardware=hw, dims=dims, roofline=roof, measured=measured, kv=kv, verdict=verdict)

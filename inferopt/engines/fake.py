@@ -1,0 +1,224 @@
+"""FakeEngine: the Engine protocol with scripted per-phase delays, for fast tests of everything above engines.
+
+Same queue, static batching (B1) and admission control as `HFEngine`, through the same pure policy
+(`static_batch`, `admit_on_arrival`), but all on the asyncio loop (no threads, no torch):
+
+- context: `context_ms` per batch; prefill: `prefill_base_ms + prefill_ms_per_token × Σ uncached prompt
+  tokens in the batch`; decode step: `decode_step_ms + decode_ms_per_seq × live sequences`;
+- every delay × lognormal noise (mean 1, coefficient of variation `jitter_cv`) from `default_rng(seed)`;
+- per request, from an rng seeded by (seed, request_id) so it does not depend on timing: whether it errors
+  (`error_rate`; it then raises RuntimeError mid-stream, after its first token), whether its prefix counts
+  as cached (`cached_prefix_fraction`, only once its `prefix_group` was served by an earlier batch), and
+  its token ids (pseudo-random in [3, vocab_size): never EOS, so a request ends by length).
+
+Deliberately not here: any model, real compute, or sampling semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import zlib
+from typing import Any, AsyncIterator
+
+import numpy as np
+
+from inferopt.config import FakeSystem
+from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, TokenEvent
+from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
+from inferopt.records import ServerTimings, now_s
+
+__all__ = ["FakeEngine"]
+
+
+class _Slot:
+    __slots__ = ("request", "timings", "queue", "waiting", "tokens", "will_error", "cache_draw", "done", "cancelled")
+
+    def __init__(self, request: GenRequest, key: str, arrival_s: float, tokens: list[int], will_error: bool,
+                 cache_draw: bool) -> None:
+        self.request = request
+        self.timings = ServerTimings(arrival_s=arrival_s)
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.waiting = Waiting(request_id=key, arrival_s=arrival_s, priority=request.priority)
+        self.tokens = tokens
+        self.will_error = will_error
+        self.cache_draw = cache_draw   # its prefix counts as cached if its group was already served
+        self.done = False
+        self.cancelled = False
+
+
+class _Error:
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class FakeEngine:
+    """Scripted engine (see module docstring). Deterministic for a given seed and arrival schedule."""
+
+    def __init__(self, system: FakeSystem) -> None:
+        self.system = system
+        self.knobs = system.batching
+        self._rng = np.random.default_rng(system.seed)
+        cv = system.jitter_cv
+        self._sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+        self._waiting: dict[str, _Slot] = {}
+        self._keys = itertools.count()
+        self._served_groups: set[int] = set()
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._running: list[_Slot] = []
+        self.batches_run = 0
+        self.tokens_generated = 0
+
+    async def start(self) -> None:
+        self._wakeup = asyncio.Event()
+        self._task = asyncio.create_task(self._worker(), name="fake-engine-worker")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for slot in [*self._waiting.values(), *self._running]:
+            if not slot.done:
+                self._finish(slot, "error")
+                slot.queue.put_nowait(_Error("engine stopped"))
+        self._waiting.clear()
+        self._running = []
+
+    def info(self) -> dict[str, Any]:
+        return {"engine": "fake", **self.system.model_dump()}
+
+    async def server_metrics(self) -> dict[str, float]:
+        return {"queue_depth": float(len(self._waiting)), "batches_run": float(self.batches_run),
+                "tokens_generated": float(self.tokens_generated)}
+
+    # ------------------------------------------------------------------ consumer side
+
+    async def stream(self, request: GenRequest) -> AsyncIterator[TokenEvent | FinishEvent]:
+        arrival_s = now_s()
+        if self._task is None:
+            raise RuntimeError("FakeEngine.stream() before start(); fix: await engine.start() first")
+        if not admit_on_arrival(self.knobs, len(self._waiting)):
+            raise RequestRejected(f"queue full ({len(self._waiting)} waiting, max_queue={self.knobs.max_queue})")
+        s = self.system
+        rng = np.random.default_rng([s.seed & 0xFFFFFFFF, zlib.crc32(request.request_id.encode())])
+        will_error = bool(rng.random() < s.error_rate)
+        tokens = rng.integers(3, max(s.vocab_size, 4), size=max(request.max_new_tokens, 0)).tolist()
+        cache_draw = bool(rng.random() < s.cached_prefix_fraction)
+        slot = _Slot(request, str(next(self._keys)), arrival_s, tokens, will_error, cache_draw)
+        self._waiting[slot.waiting.request_id] = slot
+        self._wakeup.set()
+        finished = False
+        try:
+            while True:
+                event = await slot.queue.get()
+                if isinstance(event, _Error):
+                    finished = True
+                    raise RuntimeError(event.message)
+                if isinstance(event, FinishEvent):
+                    finished = True
+                    yield event
+                    return
+                yield event
+        finally:
+            if not finished:
+                slot.cancelled = True
+                if self._waiting.pop(slot.waiting.request_id, None) is not None:
+                    self._finish(slot, "cancelled")
+
+    # ------------------------------------------------------------------ worker task
+
+    def _delay_s(self, ms: float) -> float:
+        if self._sigma > 0:
+            ms *= float(self._rng.lognormal(-self._sigma * self._sigma / 2, self._sigma))
+        return ms / 1000.0
+
+    def _finish(self, slot: _Slot, reason: str) -> None:
+        slot.done = True
+        slot.timings.done_s = now_s()
+        slot.timings.finish_reason = reason
+
+    async def _worker(self) -> None:
+        while True:
+            decision = static_batch(self.knobs, [s.waiting for s in self._waiting.values()], now_s())
+            if not decision.batch:
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), timeout=decision.wait_s)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            slots = [self._waiting.pop(k) for k in decision.batch]
+            self._running = slots
+            self.batches_run += 1
+            try:
+                await self._run_batch(slots)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # pragma: no cover - the script itself does not fail
+                for slot in slots:
+                    if not slot.done:
+                        self._finish(slot, "error")
+                        slot.queue.put_nowait(_Error(f"{type(exc).__name__}: {exc}"))
+            self._running = []
+
+    async def _run_batch(self, slots: list[_Slot]) -> None:
+        s = self.system
+        t = now_s()
+        for slot in slots:
+            slot.timings.admitted_s = t
+            slot.timings.batch_size_at_admit = len(slots)
+        await asyncio.sleep(self._delay_s(s.context_ms))
+        uncached = 0
+        for slot in slots:
+            req = slot.request
+            hit = slot.cache_draw and req.prefix_group >= 0 and req.prefix_group in self._served_groups
+            slot.timings.cached_tokens = min(req.prefix_len, len(req.prompt_token_ids)) if hit else 0
+            uncached += len(req.prompt_token_ids) - slot.timings.cached_tokens
+        t = now_s()
+        for slot in slots:
+            slot.timings.context_ready_s = t
+            slot.timings.prefill_start_s = t
+        await asyncio.sleep(self._delay_s(s.prefill_base_ms + s.prefill_ms_per_token * uncached))
+        t = now_s()
+        for slot in slots:
+            slot.timings.prefill_end_s = t
+            if slot.request.prefix_group >= 0:
+                self._served_groups.add(slot.request.prefix_group)
+        step = 0
+        while True:
+            live = 0
+            for slot in slots:
+                if slot.done:
+                    continue
+                if slot.cancelled:
+                    self._finish(slot, "cancelled")
+                    continue
+                if slot.will_error and step >= 1:
+                    self._finish(slot, "error")
+                    slot.queue.put_nowait(_Error("fake engine: scripted error (error_rate)"))
+                    continue
+                if step >= len(slot.tokens):
+                    self._finish(slot, "length")
+                    slot.queue.put_nowait(FinishEvent(slot.timings))
+                    continue
+                slot.timings.token_s.append(t)
+                slot.queue.put_nowait(TokenEvent((slot.tokens[step],), t))
+                self.tokens_generated += 1
+                if step + 1 >= len(slot.tokens) and not slot.will_error:
+                    self._finish(slot, "length")
+                    slot.queue.put_nowait(FinishEvent(slot.timings))
+                    continue
+                live += 1
+            if not live:
+                return
+            await asyncio.sleep(self._delay_s(s.decode_step_ms + s.decode_ms_per_seq * live))
+            step += 1
+            t = now_s()

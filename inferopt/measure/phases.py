@@ -1,0 +1,98 @@
+"""Records -> per-request phase metrics (M2, M3): pure functions of raw timestamps, in milliseconds.
+
+The decomposition (SPEC M3), per request:
+  TTFT      = client first token - intended send time          (what the user saw)
+            = send_lag + Q + C_context + T_prefill + T_first + residual_ttft
+  send_lag  = sent - intended              (client behind schedule)
+  Q         = admitted - arrival           (engine queue)
+  C_context = context_ready - admitted     (prompt/context preparation)
+  T_prefill = prefill_end - context_ready  (the prefill forward: all prompt tokens, builds KV)
+  T_first   = first token emitted - prefill_end  (sampling + emission of the first token)
+  residual  = what the engine did not see: transport to the engine and back to the client.
+  TPOT      = mean gap between client tokens after the first; E2E = client done - intended
+            = TTFT + (N-1) x TPOT + T_external + residual_e2e.
+A residual is reported per request, never folded away; `decomposition_check` says whether it adds up.
+
+Deliberately not here: percentiles and slicing (`slices.py`), verdicts (`inferopt.analysis`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from inferopt.records import RequestRecord, records_to_frame
+
+PHASE_COLUMNS = (
+    "send_lag_ms", "queue_ms", "context_ms", "prefill_ms", "first_ms", "ttft_ms", "ttft_server_ms",
+    "tpot_ms", "decode_ms", "e2e_ms", "external_ms", "ttft_residual_ms", "e2e_residual_ms",
+)
+
+
+def _ms(a: pd.Series, b: pd.Series) -> pd.Series:
+    return (pd.to_numeric(a, errors="coerce") - pd.to_numeric(b, errors="coerce")) * 1000.0
+
+
+def concurrency_at_arrival(start_s: np.ndarray, end_s: np.ndarray) -> np.ndarray:
+    """For each request, how many requests (itself included) were in flight at its intended start."""
+    start_s = np.asarray(start_s, dtype=float)
+    end_s = np.where(np.isnan(np.asarray(end_s, dtype=float)), np.inf, end_s)
+    starts_sorted = np.sort(start_s)
+    ends_sorted = np.sort(end_s)
+    started = np.searchsorted(starts_sorted, start_s, side="right")
+    ended = np.searchsorted(ends_sorted, start_s, side="right")
+    return (started - ended).astype(int)
+
+
+def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame:
+    """One row per (non-warm-up) request with the phase metrics in ms; failed requests keep their row
+    with NaN where a phase never happened."""
+    df = records if isinstance(records, pd.DataFrame) else records_to_frame(records)
+    df = df[~df["warmup"].astype(bool)].copy() if "warmup" in df else df.copy()
+    out = df[[
+        "request_id", "run_tag", "arm", "trial", "scenario", "outcome", "error", "tenant", "priority",
+        "prefix_group", "input_len", "target_output_len", "output_len", "cached_tokens", "batch_size_at_admit",
+        "finish_reason",
+    ]].copy()
+    out["send_lag_ms"] = _ms(df["sent_s"], df["intended_s"])
+    out["queue_ms"] = _ms(df["admitted_s"], df["arrival_s"])
+    out["context_ms"] = _ms(df["context_ready_s"], df["admitted_s"])
+    out["prefill_ms"] = _ms(df["prefill_end_s"], df["context_ready_s"])
+    out["first_ms"] = _ms(df["first_token_s"], df["prefill_end_s"])
+    out["ttft_ms"] = _ms(df["client_first_token_s"], df["intended_s"])
+    out["ttft_server_ms"] = _ms(df["first_token_s"], df["arrival_s"])
+    n = pd.to_numeric(df["n_client_tokens"])
+    gaps_ms = _ms(df["client_last_token_s"], df["client_first_token_s"])
+    out["tpot_ms"] = np.where(n > 1, gaps_ms / (n - 1).where(n > 1, 1), np.nan)
+    out["decode_ms"] = _ms(df["last_token_s"], df["first_token_s"])
+    out["e2e_ms"] = _ms(df["client_done_s"], df["intended_s"])
+    out["external_ms"] = pd.to_numeric(df["external_s"]) * 1000.0
+    parts = out[["send_lag_ms", "queue_ms", "context_ms", "prefill_ms", "first_ms"]].sum(axis=1, min_count=5)
+    out["ttft_residual_ms"] = out["ttft_ms"] - parts
+    tpot_term = np.where(n > 1, (n - 1) * out["tpot_ms"], 0.0)
+    out["e2e_residual_ms"] = out["e2e_ms"] - (out["ttft_ms"] + tpot_term + out["external_ms"])
+    out["concurrency"] = concurrency_at_arrival(df["intended_s"].to_numpy(float), df["client_done_s"].to_numpy(float))
+    out["cache_hit"] = pd.to_numeric(out["cached_tokens"]).fillna(0) > 0
+    return out.reset_index(drop=True)
+
+
+def decomposition_check(phases: pd.DataFrame, abs_tol_ms: float = 2.0, rel_tol: float = 0.05) -> dict[str, float | bool]:
+    """Does TTFT = send_lag + Q + C + T_prefill + T_first (+ transport) add up on the ok requests (M3)?
+
+    A request adds up when |residual| <= max(abs_tol_ms, rel_tol x TTFT). Reports the share that does and
+    the residual distribution (the client/transport overhead), for TTFT and E2E.
+    """
+    ok = phases[phases["outcome"] == "ok"]
+    out: dict[str, float | bool] = {"n_ok": int(len(ok))}
+    for name, total in (("ttft", "ttft_ms"), ("e2e", "e2e_ms")):
+        res = ok[f"{name}_residual_ms"].astype(float)
+        tol = np.maximum(abs_tol_ms, rel_tol * ok[total].astype(float).abs())
+        within = (res.abs() <= tol)
+        out[f"{name}_share_within_tol"] = float(within.mean()) if len(ok) else float("nan")
+        out[f"{name}_residual_ms_p50"] = float(res.median()) if len(ok) else float("nan")
+        out[f"{name}_residual_ms_p99"] = float(res.quantile(0.99)) if len(ok) else float("nan")
+        out[f"{name}_residual_ms_max_abs"] = float(res.abs().max()) if len(ok) else float("nan")
+    out["adds_up"] = bool(len(ok) > 0 and out["ttft_share_within_tol"] >= 0.99 and out["e2e_share_within_tol"] >= 0.99)
+    return out

@@ -1,0 +1,153 @@
+"""The open-loop load runner: send each request at its intended time, record everything, raise nothing.
+
+Latency counts from the *intended* send time, not from when the client got round to sending (no
+coordinated omission): a slow engine cannot slow the arrival schedule down. Every request ends as a
+`RequestRecord` — ok, timeout, rejected or error with its message — written to the sink the moment it
+finishes, so a killed run keeps every finished request on disk.
+
+Deliberately not here: metrics (`phases.py` derives them from the records) and HTTP (engines own transport).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from inferopt.engines.base import Engine, FinishEvent, GenRequest, RequestRejected, TokenEvent
+from inferopt.records import RecordSink, RequestRecord, now_s
+from inferopt.workload.build import prompt_token_ids
+
+
+@dataclass(frozen=True)
+class RunTags:
+    """Who this run is, copied onto every record."""
+
+    run_tag: str = ""
+    arm: str = ""
+    trial: int = 0
+    scenario: str = ""
+
+
+@dataclass
+class LoadResult:
+    records: list[RequestRecord]
+    warmup_records: list[RequestRecord] = field(default_factory=list)
+    start_s: float = 0.0
+    end_s: float = 0.0
+    engine_info: dict[str, Any] = field(default_factory=dict)
+    server_metrics_before: dict[str, float] = field(default_factory=dict)
+    server_metrics_after: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+def materialize(table: pd.DataFrame, vocab_size: int, prompt_seed: int = 0) -> list[GenRequest]:
+    """GenRequests for every row (done before the clock starts: prompt building is not the engine's cost)."""
+    return [
+        GenRequest(
+            request_id=str(row["request_id"]),
+            prompt_token_ids=prompt_token_ids(row, vocab_size, seed=prompt_seed),
+            max_new_tokens=int(row["output_len"]),
+            tenant=str(row["tenant"]),
+            priority=int(row["priority"]),
+            prefix_group=int(row["prefix_group"]),
+            prefix_len=int(row["prefix_len"]),
+        )
+        for row in table.to_dict("records")
+    ]
+
+
+async def send_one(engine: Engine, req: GenRequest, intended_s: float, timeout_s: float, tags: RunTags,
+                   warmup: bool = False) -> RequestRecord:
+    """Send one request, collect its tokens; always returns a record, never raises."""
+    rec = RequestRecord(
+        request_id=req.request_id, outcome="error", input_len=len(req.prompt_token_ids),
+        target_output_len=req.max_new_tokens, tenant=req.tenant, priority=req.priority,
+        prefix_group=req.prefix_group, intended_s=intended_s, run_tag=tags.run_tag, arm=tags.arm,
+        trial=tags.trial, scenario=tags.scenario, warmup=warmup,
+    )
+    try:
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + max(0.0, intended_s + timeout_s - now_s())):
+            rec.sent_s = now_s()
+            async for event in engine.stream(req):
+                if isinstance(event, TokenEvent):
+                    t = now_s()
+                    rec.client_token_s.extend([t] * len(event.token_ids))
+                    rec.output_token_ids.extend(event.token_ids)
+                elif isinstance(event, FinishEvent):
+                    rec.with_server(event.server)
+        rec.outcome = "ok"
+    except RequestRejected as exc:
+        rec.outcome, rec.error = "rejected", f"rejected: {exc}"
+    except TimeoutError:
+        rec.outcome, rec.error = "timeout", f"not complete within {timeout_s:g} s of its intended send time"
+    except asyncio.CancelledError:
+        # the run is being stopped: this request still ends as a record (the task ends right after)
+        rec.outcome, rec.error = "error", "cancelled: the run was stopped"
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a record
+        rec.outcome, rec.error = "error", f"{type(exc).__name__}: {exc}"
+    rec.client_done_s = now_s()
+    rec.output_len = len(rec.client_token_s)
+    return rec
+
+
+async def run_open_loop(
+    engine: Engine,
+    table: pd.DataFrame,
+    *,
+    vocab_size: int,
+    timeout_s: float,
+    tags: RunTags = RunTags(),
+    sink: RecordSink | None = None,
+    prompt_seed: int = 0,
+    warmup_requests: int = 0,
+    lead_s: float = 0.05,
+) -> LoadResult:
+    """Replay `table` (a workload) open-loop against a started engine.
+
+    Warm-up: the first `warmup_requests` prompts are sent one at a time before the clock starts; their
+    records are kept (flag `warmup=True`) and excluded from metrics.
+    """
+    requests = materialize(table, vocab_size, prompt_seed)
+    offsets = table["arrival_offset_s"].to_numpy(dtype=float)
+    result = LoadResult(records=[], engine_info=engine.info())
+    for i, req in enumerate(requests[:warmup_requests]):
+        wreq = GenRequest(**{**req.__dict__, "request_id": f"warmup-{i}-{req.request_id}"})
+        rec = await send_one(engine, wreq, now_s(), timeout_s, tags, warmup=True)
+        result.warmup_records.append(rec)
+        if sink:
+            sink.write(rec)
+    result.server_metrics_before = await engine.server_metrics()
+
+    def _finish(rec: RequestRecord) -> RequestRecord:
+        result.records.append(rec)
+        if sink:
+            sink.write(rec)
+        return rec
+
+    async def _timed(req: GenRequest, intended: float) -> None:
+        _finish(await send_one(engine, req, intended, timeout_s, tags))
+
+    t0 = now_s() + lead_s
+    result.start_s = t0
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for req, off in zip(requests, offsets):
+            intended = t0 + float(off)
+            delay = intended - now_s()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(_timed(req, intended)))
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        result.end_s = now_s()
+    result.server_metrics_after = await engine.server_metrics()
+    return result

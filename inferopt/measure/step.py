@@ -1,0 +1,45 @@
+"""Step 1, measure: the baseline system on the candidate's workload, every request's phases, sliced (M1–M5).
+
+Deliberately not here: any judgement (locate does that) and tracking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from inferopt.config import CandidateConfig
+from inferopt.measure.phases import decomposition_check
+from inferopt.measure.runner import RunTags
+from inferopt.measure.session import MeasuredRun, run_system
+from inferopt.measure.slices import SliceEdges, add_slices, edges_from_workload, headline, summarize
+from inferopt.workload.build import build_workload
+
+
+@dataclass
+class MeasureResult:
+    run: MeasuredRun
+    workload: pd.DataFrame
+    edges: SliceEdges
+    phases: pd.DataFrame            # one row per request, with slice columns
+    summary: pd.DataFrame           # long: slice_dim, slice_value, metric, stat, value, unit
+    headline: dict[str, float]
+    decomposition: dict[str, float | bool]
+
+
+def measure(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "") -> MeasureResult:
+    table = build_workload(candidate.workload)
+    edges = edges_from_workload(table)
+    run = run_system(candidate.baseline, table, RunTags(run_tag=run_tag, arm="baseline", scenario="measure"),
+                     timeout_s=candidate.workload.timeout_s, records_path=Path(out_dir) / "requests.jsonl",
+                     warmup_requests=candidate.measure.warmup_requests, prompt_seed=candidate.workload.seed)
+    if run.failed:
+        raise RuntimeError(f"measure: the baseline could not be measured: {run.error}")
+    phases = add_slices(run.phases, edges)
+    return MeasureResult(
+        run=run, workload=table, edges=edges, phases=phases,
+        summary=summarize(phases, group=("arm",)), headline=headline(phases, run.duration_s),
+        decomposition=decomposition_check(phases),
+    )

@@ -1,0 +1,83 @@
+"""Figures for a run (matplotlib, headless): phase stacks per slice, latency CDFs, roofline, effects forest.
+
+Each function takes tidy tables and returns a Figure; the caller saves/logs it.
+
+Deliberately not here: the HTML report (later work) and any computation of the numbers shown.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+PHASES = ("send_lag_ms", "queue_ms", "context_ms", "prefill_ms", "first_ms", "decode_ms")
+
+
+def phase_stack(phases: pd.DataFrame, slice_dim: str = "input_bucket") -> plt.Figure:
+    """Median time per phase (ms) for each slice value: where a request's time goes (M2, M4)."""
+    ok = phases[phases["outcome"] == "ok"]
+    med = ok.groupby(slice_dim, observed=True)[list(PHASES)].median()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    bottom = np.zeros(len(med))
+    for col in PHASES:
+        ax.bar(med.index.astype(str), med[col].fillna(0).to_numpy(), bottom=bottom, label=col.removesuffix("_ms"))
+        bottom += med[col].fillna(0).to_numpy()
+    ax.set_ylabel("median ms")
+    ax.set_xlabel(slice_dim)
+    ax.set_title(f"Where the time goes, by {slice_dim}")
+    ax.legend(fontsize=7, ncol=3)
+    return fig
+
+
+def latency_cdf(phases: pd.DataFrame, metric: str = "ttft_ms", by: str = "arm") -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for key, sub in phases[phases["outcome"] == "ok"].groupby(by, observed=True):
+        vals = np.sort(sub[metric].dropna().to_numpy(float))
+        if len(vals):
+            ax.plot(vals, np.arange(1, len(vals) + 1) / len(vals), label=str(key))
+    for q in (0.5, 0.99):
+        ax.axhline(q, color="grey", lw=0.5, ls=":")
+    ax.set_xlabel(metric)
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(f"{metric} CDF by {by}")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def roofline(roof: pd.DataFrame, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
+             measured: pd.DataFrame | None = None) -> plt.Figure:
+    """The roofline with each phase's arithmetic intensity; measured points (achieved FLOP/s) if given."""
+    ai = np.logspace(-2, 4, 200)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.loglog(ai, np.minimum(peak_flops_per_s, ai * bandwidth_bytes_per_s), color="black", lw=1.5, label="roofline")
+    for _, r in roof.iterrows():
+        ax.scatter([r["ai_flop_per_byte"]], [r["perf_max_flop_per_s"]], marker="o", s=30)
+        ax.annotate(f"{r['phase']} ceiling", (r["ai_flop_per_byte"], r["perf_max_flop_per_s"]), fontsize=7)
+    if measured is not None:
+        for _, r in measured.iterrows():
+            ax.scatter([r["ai_flop_per_byte"]], [r["achieved_flop_per_s"]], marker="x", s=40, color="red")
+            ax.annotate(f"{r['phase']} measured", (r["ai_flop_per_byte"], r["achieved_flop_per_s"]), fontsize=7, color="red")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title("Roofline: ceilings (o) and measured (x)")
+    return fig
+
+
+def forest(effects: pd.DataFrame) -> plt.Figure:
+    """Ratio arm/baseline with its CI per metric; 1.0 = no change."""
+    fig, ax = plt.subplots(figsize=(6, 0.45 * max(3, len(effects)) + 1))
+    y = np.arange(len(effects))
+    colors = effects["direction"].map({"better": "tab:green", "worse": "tab:red"}).fillna("tab:grey")
+    ax.errorbar(effects["ratio"], y, xerr=[effects["ratio"] - effects["ratio_lo"], effects["ratio_hi"] - effects["ratio"]],
+                fmt="none", ecolor="grey")
+    ax.scatter(effects["ratio"], y, c=list(colors), zorder=3)
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks(y, [f"{a}: {m}" for a, m in zip(effects["arm"], effects["metric"])], fontsize=8)
+    ax.set_xlabel("arm / baseline (95% bootstrap CI)")
+    ax.set_title("Ablation effects")
+    return fig

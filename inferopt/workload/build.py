@@ -1,0 +1,76 @@
+"""A workload is a table: one row per request (arrival offset, lengths, prefix group, tenant, priority).
+
+The same `WorkloadConfig` always gives the same table (each sampler has its own seeded generator, derived
+from the workload seed), and the table carries a content hash so runs can prove they replayed the same
+load. Prompts are materialised separately (`prompt_token_ids`), deterministically from the table and
+the vocabulary, so one workload serves any tokenizer.
+
+Deliberately not here: sending anything (the load runner does that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+
+from inferopt.config import WorkloadConfig
+from inferopt.workload.arrivals import arrival_offsets_s
+from inferopt.workload.lengths import sample_lengths
+
+WORKLOAD_COLUMNS = (
+    "request_id", "arrival_offset_s", "input_len", "output_len", "prefix_group", "prefix_len", "tenant", "priority",
+)
+
+
+def _child_rngs(seed: int, n: int) -> list[np.random.Generator]:
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
+
+
+def build_workload(cfg: WorkloadConfig, num_requests: int | None = None) -> pd.DataFrame:
+    """The request table for `cfg` (optionally with a different request count, same seeds)."""
+    n = num_requests or cfg.num_requests
+    rng_arrival, rng_len, rng_prefix, rng_tenant = _child_rngs(cfg.seed, 4)
+    offsets = arrival_offsets_s(cfg.arrival, n, rng_arrival)
+    input_len, output_len = sample_lengths(cfg.lengths, n, rng_len)
+    shared = rng_prefix.random(n) < cfg.prefix.share_fraction
+    groups = np.where(shared, rng_prefix.integers(0, cfg.prefix.num_groups, size=n), -1)
+    prefix_len = np.where(shared, cfg.prefix.prefix_len, 0)
+    # a shared prefix must leave at least one unique token after it
+    input_len = np.maximum(input_len, prefix_len + 1)
+    weights = np.array([t.weight for t in cfg.tenants], dtype=float)
+    tenant_idx = rng_tenant.choice(len(cfg.tenants), size=n, p=weights / weights.sum())
+    table = pd.DataFrame({
+        "request_id": [f"{cfg.name}-{i:05d}" for i in range(n)],
+        "arrival_offset_s": offsets.astype(float),
+        "input_len": input_len.astype(int),
+        "output_len": output_len.astype(int),
+        "prefix_group": groups.astype(int),
+        "prefix_len": prefix_len.astype(int),
+        "tenant": [cfg.tenants[i].name for i in tenant_idx],
+        "priority": [cfg.tenants[i].priority for i in tenant_idx],
+    }, columns=list(WORKLOAD_COLUMNS))
+    table.attrs["content_hash"] = workload_hash(table)
+    return table
+
+
+def workload_hash(table: pd.DataFrame) -> str:
+    """sha256 (16 hex) over the table's values in canonical column order — independent of pandas attrs."""
+    canon = table.loc[:, list(WORKLOAD_COLUMNS)].reset_index(drop=True)
+    digest = hashlib.sha256(pd.util.hash_pandas_object(canon, index=True).values.tobytes())
+    digest.update(",".join(WORKLOAD_COLUMNS).encode())
+    return digest.hexdigest()[:16]
+
+
+def prompt_token_ids(row: pd.Series | dict, vocab_size: int, seed: int = 0, reserved_ids: int = 3) -> list[int]:
+    """Deterministic prompt ids for one request: a shared prefix (same ids for the whole group) followed
+    by ids unique to the request. Ids avoid the first `reserved_ids` (pad/bos/eos)."""
+    n, plen, group = int(row["input_len"]), int(row["prefix_len"]), int(row["prefix_group"])
+    ids: list[int] = []
+    if group >= 0 and plen > 0:
+        g = np.random.default_rng([seed, 1, group])
+        ids.extend(g.integers(reserved_ids, vocab_size, size=plen).tolist())
+    r = np.random.default_rng([seed, 2, int(hashlib.sha256(str(row["request_id"]).encode()).hexdigest()[:8], 16)])
+    ids.extend(r.integers(reserved_ids, vocab_size, size=n - len(ids)).tolist())
+    return ids

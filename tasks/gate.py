@@ -1,0 +1,49 @@
+"""Prefect task for step 6 (gate): output drift against the baseline and cost per successful request."""
+
+from __future__ import annotations
+
+from prefect import task
+
+from inferopt.ablation.run import AblationResult
+from inferopt.analysis.locate_step import LocateResult
+from inferopt.analysis.remedies import Choice
+from inferopt.config import CandidateConfig, HFSystem
+from inferopt.quality.drift import next_token_drift, served_agreement
+from inferopt.quality.gate import GateResult, cost_table, judge_cost, judge_quality
+from tasks.tracking import Tracker
+
+STEP = "6-gate"
+
+
+@task(name="gate", task_run_name="quality and cost gate")
+def gate_task(candidate: CandidateConfig, ablation: AblationResult, located: LocateResult, choice: Choice,
+              tracker: Tracker) -> GateResult:
+    tracker.child(STEP, tags={"inferopt.step": "gate"})
+    records = {arm: [r for run in ablation.runs if run.tags.arm == arm for r in run.records]
+               for arm in ("baseline", "candidate")}
+    served = served_agreement(records["baseline"], records["candidate"])
+    try:
+        drift = next_token_drift(candidate.baseline, candidate.candidate_system, candidate.gate)
+    except Exception as exc:  # noqa: BLE001 - a failed check is evidence, not a crash
+        drift = {"status": "skipped", "reason": f"drift check failed: {type(exc).__name__}: {exc}"}
+    q_status, q_reasons = judge_quality(drift, served, candidate.gate, choice.quality_gate_required)
+    threads = {a.name: (a.system.torch_threads if isinstance(a.system, HFSystem) else 1) for a in ablation.arms}
+    costs = cost_table(ablation.trials, candidate.slo, located.hardware, threads) if len(ablation.trials) else None
+    if costs is not None and len(costs):
+        c_status, c_reasons = judge_cost(costs)
+        tracker.table(costs, "cost.parquet", STEP)
+    else:
+        c_status, c_reasons = "skipped", ["no successful trial to cost"]
+    result = GateResult(quality_status=q_status, quality_required=choice.quality_gate_required, quality_reasons=q_reasons,
+                        drift={"served": served, "next_token": drift}, cost=costs, cost_status=c_status,
+                        cost_reasons=c_reasons)
+    tracker.json({"quality": {"status": q_status, "required": choice.quality_gate_required, "reasons": q_reasons,
+                              **result.drift},
+                  "cost": {"status": c_status, "reasons": c_reasons}}, "gate.json", STEP)
+    flat = {f"served.{k}": v for k, v in served.items()} | {f"next_token.{k}": v for k, v in drift.items()}
+    tracker.metrics(flat, STEP)
+    tracker.tags({"inferopt.quality": q_status, "inferopt.cost": c_status}, STEP)
+    for line in q_reasons + c_reasons:
+        print(f"[gate] {line}")
+    tracker.finish(STEP)
+    return result

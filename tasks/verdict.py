@@ -1,0 +1,44 @@
+"""Prefect task for the final verdict: combine the six steps' evidence, log verdict.json, tag the parent."""
+
+from __future__ import annotations
+
+from prefect import task
+
+from inferopt.ablation.run import AblationResult
+from inferopt.analysis.locate_step import LocateResult
+from inferopt.analysis.remedies import Choice
+from inferopt.config import CandidateConfig
+from inferopt.measure.step import MeasureResult
+from inferopt.quality.gate import GateResult
+from inferopt.validation.scenarios import ScenarioResult
+from inferopt.verdict import Verdict, decide
+from tasks.tracking import Tracker
+
+
+@task(name="verdict")
+def verdict_task(candidate: CandidateConfig, measured: MeasureResult, located: LocateResult, choice: Choice,
+                 ablation: AblationResult, scenarios: list[ScenarioResult], gate: GateResult,
+                 tracker: Tracker) -> Verdict:
+    arm = ablation.verdicts.get("candidate", {"verdict": "failed", "reasons": ["candidate arm missing"]})
+    evidence = {
+        "measure": {"headline": measured.headline, "decomposition": measured.decomposition,
+                    "workload_hash": measured.workload.attrs.get("content_hash")},
+        "locate": {"cause": located.verdict.cause, "confidence": located.verdict.confidence, "rule": located.verdict.rule},
+        "choose": {"matches": choice.matches, "quality_gate_required": choice.quality_gate_required},
+        "ablate": {"effects": ablation.effects.to_dict("records") if len(ablation.effects) else []},
+        "validate": {s.scenario.name: s.metrics for s in scenarios},
+        "gate": {"quality": gate.quality_status, "cost": gate.cost_status,
+                 "cost_table": gate.cost.to_dict("records") if gate.cost is not None else []},
+    }
+    verdict = decide(
+        ablation_verdict=arm["verdict"], ablation_reasons=arm["reasons"],
+        scenarios_passed={s.scenario.name: s.passed for s in scenarios},
+        scenario_reasons={s.scenario.name: s.reasons for s in scenarios},
+        quality_status=gate.quality_status, quality_required=gate.quality_required, quality_reasons=gate.quality_reasons,
+        cost_status=gate.cost_status, cost_reasons=gate.cost_reasons,
+        locate_cause=located.verdict.cause, choice_warning=choice.warning, evidence=evidence,
+    )
+    tracker.json(verdict.to_dict(), "verdict.json")
+    tracker.tags({"inferopt.verdict": verdict.decision, "inferopt.cause": located.verdict.cause,
+                  "inferopt.arm_verdict": arm["verdict"]})
+    return verdict
