@@ -17,4 +17,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-.venv/bin/python -m inferopt.model.build --quiet
+.venv/bin/python -m inferopt.model.build --name tiny-llama --quiet

@@ -64,7 +64,9 @@ class Tracker:
 
     @classmethod
     def start(cls, run_name: str, experiment: str = DEFAULT_EXPERIMENT, tags: dict[str, str] | None = None,
-              results_root: str | Path = "results") -> "Tracker":
+              results_root: str | Path | None = None) -> "Tracker":
+        """Create the parent run; files go under `results_root` (default $INFEROPT_RESULTS or ./results)."""
+        results_root = results_root or os.environ.get("INFEROPT_RESULTS", "results")
         uri = tracking_uri()
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment)

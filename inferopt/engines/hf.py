@@ -2,8 +2,9 @@
 
 One worker thread owns the model. `stream()` (on the asyncio loop) applies admission control
 (`admit_on_arrival`) and puts the request in a thread-safe waiting list; the worker asks `static_batch`
-when to start a batch, runs it to completion (B1: until its longest member ends) and hands events back
-with one `loop.call_soon_threadsafe` per step for the whole batch. Every request gets raw `now_s()`
+when to start a batch, runs it to completion (B1: until its longest member ends) and hands each step's
+events for the whole batch back with one wake-up of the event loop (`_Mailbox`: eventfd where available,
+else `loop.call_soon_threadsafe`) onto one asyncio.Queue per request. Every request gets raw `now_s()`
 timestamps in a `ServerTimings`; metrics are derived elsewhere.
 
 Deliberately not here: the forward-loop math (`hf_loop`), sampling, continuous batching, prefix caching,
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from collections import deque
+from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
 
 from inferopt.config import HFSystem
 from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, TokenEvent
@@ -53,20 +56,79 @@ class _Error:
         self.message = message
 
 
-def _deliver(items: list) -> None:
-    """Runs on the event loop: one call per decode step for the whole batch."""
-    for queue, event in items:
-        queue.put_nowait(event)
+class _Mailbox:
+    """Worker thread -> event loop hand-off: (queue, event) pairs go into a deque; at most one wake-up is
+    pending at a time (a step's events, or several steps' if the loop lags, are delivered by one callback).
+
+    Wake-up: `eventfd` + `loop.add_reader` where available, else `loop.call_soon_threadsafe`. Why: asyncio's
+    self-pipe is a socket, whose wake-up is a *sync* wake that pulls the event-loop thread onto the worker's
+    CPU; on this box that cost ≈ 3 % per token at batch 1 against ≈ 1.5 % for an eventfd
+    (benchmarks/instrumentation_overhead.py --handoff compares them).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, handoff: str) -> None:
+        self.loop = loop
+        self.items: deque = deque()
+        self.signaled = False
+        self.efd: int | None = None
+        if handoff in ("auto", "eventfd") and hasattr(os, "eventfd"):
+            efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            try:
+                loop.add_reader(efd, self._on_readable)
+                self.efd = efd
+            except (NotImplementedError, RuntimeError, ValueError):
+                os.close(efd)
+        if handoff == "eventfd" and self.efd is None:
+            raise RuntimeError("handoff=eventfd is not available here (needs Linux and a selector event loop)")
+        self.kind = "eventfd" if self.efd is not None else "call_soon_threadsafe"
+
+    def post(self, items: list) -> None:
+        """Worker thread. Lock-free: `signaled` is cleared on the loop before it drains."""
+        self.items.extend(items)
+        if not self.signaled:
+            self.signaled = True
+            try:
+                if self.efd is not None:
+                    os.eventfd_write(self.efd, 1)
+                else:
+                    self.loop.call_soon_threadsafe(self._drain)
+            except (RuntimeError, OSError):  # loop closed / mailbox closed: nobody is listening any more
+                pass
+
+    def _on_readable(self) -> None:
+        try:
+            os.eventfd_read(self.efd)
+        except BlockingIOError:
+            pass
+        self._drain()
+
+    def _drain(self) -> None:
+        self.signaled = False
+        items = self.items
+        while items:
+            queue, event = items.popleft()
+            queue.put_nowait(event)
+
+    def close(self) -> None:
+        if self.efd is not None:
+            self.loop.remove_reader(self.efd)
+            os.close(self.efd)
+            self.efd = None
+        self._drain()
 
 
 class HFEngine:
     """The Engine protocol over a transformers causal LM (see module docstring)."""
 
-    def __init__(self, system: HFSystem, preloaded: LoadedModel | None = None) -> None:
+    def __init__(self, system: HFSystem, preloaded: LoadedModel | None = None,
+                 handoff: Literal["auto", "eventfd", "call_soon_threadsafe"] = "auto") -> None:
         """`preloaded`: an already loaded model to serve (it must match `system`'s model, dtype, attention
-        and device); by default `start()` loads it. Benchmarks pass one to share weights with a bare loop."""
+        and device); by default `start()` loads it. Benchmarks pass one to share weights with a bare loop.
+        `handoff`: how the worker wakes the event loop (see `_Mailbox`); auto = eventfd where available."""
         self.system = system
         self._preloaded = preloaded
+        self._handoff = handoff
+        self._mailbox: _Mailbox | None = None
         self.knobs = system.batching
         self._cond = threading.Condition()
         self._waiting: dict[str, _Slot] = {}
@@ -89,6 +151,8 @@ class HFEngine:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._load)
+        self._mailbox = _Mailbox(self._loop, self._handoff)
+        self._info["event_handoff"] = self._mailbox.kind
         self._stopping = False
         self._thread = threading.Thread(target=self._worker, name="hf-engine-worker", daemon=True)
         self._thread.start()
@@ -110,7 +174,12 @@ class HFEngine:
         self._eos = int(eos[0] if isinstance(eos, (list, tuple)) else eos) if eos is not None else None
         self._pad = pad_token_id_of(self.model)
         ids, mask = left_pad([[1, 3, 4, 5]], self._pad, self._device)
-        greedy_generate(self.model, ids, mask, 2)  # warm-up (declared in info())
+        try:
+            greedy_generate(self.model, ids, mask, 2)  # warm-up (declared in info())
+        except Exception as exc:
+            raise RuntimeError(f"warm-up forward failed with attn_implementation={s.attn_implementation}, "
+                               f"dtype={s.dtype}, device={loaded.device}: {type(exc).__name__}: "
+                               f"{str(exc)[:300]}") from exc
         if self._cuda:
             torch.cuda.synchronize()
         params = list(self.model.parameters())
@@ -134,6 +203,9 @@ class HFEngine:
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
+        if self._mailbox is not None:
+            self._mailbox.close()  # delivers whatever the worker posted last
+            self._mailbox = None
         with self._cond:
             leftover = list(self._waiting.values())
             self._waiting.clear()
@@ -218,10 +290,7 @@ class HFEngine:
 
     def _post(self, items: list) -> None:
         if items:
-            try:
-                self._loop.call_soon_threadsafe(_deliver, items)
-            except RuntimeError:  # event loop closed: nobody is listening any more
-                pass
+            self._mailbox.post(items)
 
     def _run_batch(self, slots: list[_Slot]) -> None:
         import torch

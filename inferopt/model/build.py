@@ -64,6 +64,9 @@ def build_model_dir(name: str, out_dir: Path | None = None, force: bool = False)
     """Build builtin model `name` into `out_dir` (default: the cache) unless an identical build exists."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     spec = builtin_spec(name)
     out_dir = Path(out_dir) if out_dir else builtin_dir(name)

@@ -46,7 +46,9 @@ def resolve_device(device: str) -> str:
 def load_model(spec: ModelSpec, dtype: str = "float32", attn_implementation: str = "sdpa", device: str = "cpu") -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one bar per arm and trial drowns the run's own progress lines
     path = resolve_model_dir(spec)
     dev = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(

@@ -202,3 +202,52 @@ def test_info_declares_settings_and_warmup(models: dict[str, Any]) -> None:
     assert info["torch_threads"] == 1 and info["device"] == "cpu" and info["dtype"] == "float32"
     assert info["attn_implementation"] == "eager" and info["warmup"].startswith("warm-up")
     assert info["batching"]["max_batch_size"] == 2
+
+
+@pytest.mark.parametrize("handoff", ["eventfd", "call_soon_threadsafe"])
+def test_both_event_handoffs_stream_the_same_tokens(models: dict[str, Any], handoff: str) -> None:
+    import os
+
+    if handoff == "eventfd" and not hasattr(os, "eventfd"):
+        pytest.skip("no eventfd on this platform")
+
+    async def scenario() -> tuple[list[int], str]:
+        engine = HFEngine(_system(max_batch_size=1, batch_wait_ms=0), handoff=handoff)
+        await engine.start()
+        try:
+            tokens, server = await _consume(engine, GenRequest("h", PROMPTS[1], 6))
+            _check_timings(server, len(tokens))
+            return tokens, engine.info()["event_handoff"]
+        finally:
+            await engine.stop()
+
+    tokens, used = asyncio.run(scenario())
+    assert used == handoff
+    assert tokens == _reference(models["sdpa"], [PROMPTS[1]], 6)[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_engine_equals_generate_on_cuda(attn: str) -> None:
+    model = load_model(SPEC, attn_implementation=attn, device="cuda").model
+
+    async def scenario() -> list:
+        system = HFSystem(model=SPEC, attn_implementation=attn, torch_threads=1, device="cuda",
+                          batching=BatchingKnobs(max_batch_size=3, batch_wait_ms=300))
+        engine = make_engine(system)
+        await engine.start()
+        try:
+            assert engine.info()["device"].startswith("cuda")
+            return await asyncio.gather(*(_consume(engine, GenRequest(f"g{i}", p, 10)) for i, p in enumerate(PROMPTS)))
+        finally:
+            await engine.stop()
+
+    ids, mask = left_pad(PROMPTS, 0, "cuda")
+    ref = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=10,
+                         pad_token_id=0, eos_token_id=EOS)[:, ids.shape[1]:].tolist()
+    ref = [row[: row.index(EOS) + 1] if EOS in row else row for row in ref]
+    assert greedy_generate(model, ids, mask, 10, eos_token_id=EOS) == ref
+    for (tokens, server), expected in zip(asyncio.run(scenario()), ref):
+        assert server.batch_size_at_admit == 3 and tokens == expected
+        _check_timings(server, len(tokens))

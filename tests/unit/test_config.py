@@ -117,7 +117,9 @@ def test_overrides_apply_and_validate() -> None:
 
 def test_configs_are_frozen() -> None:
     cfg = load_config(ROOT / "configs/candidates/fake-batching.yaml")
-    with pytest.raises(Exception):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="frozen"):
         cfg.name = "x"  # type: ignore[misc]
 
 

@@ -4,7 +4,6 @@ time, and the M3 decomposition adds up on the records."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import numpy as np
 import pandas as pd

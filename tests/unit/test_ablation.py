@@ -1,0 +1,85 @@
+"""Ablation on the fake engine: interleaved seeded order, effects with CIs, a crashing arm marked failed
+while the run goes on (and the verdict logic on top)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inferopt.ablation.plan import interleaved_order, plan_arms
+from inferopt.ablation.run import ablate
+from inferopt.config import load_config
+from inferopt.verdict import decide
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _candidate(**overrides):
+    return load_config(ROOT / "configs/candidates/fake-batching.yaml", **overrides)
+
+
+def test_interleaved_order_is_seeded_and_balanced() -> None:
+    a = interleaved_order(["baseline", "candidate"], 6, seed=1)
+    assert a == interleaved_order(["baseline", "candidate"], 6, seed=1)
+    assert a != interleaved_order(["baseline", "candidate"], 6, seed=2)
+    for rep in range(6):
+        assert sorted(t.arm for t in a if t.repeat == rep) == ["baseline", "candidate"]
+    firsts = {t.arm for t in a if t.order % 2 == 0}
+    assert firsts == {"baseline", "candidate"}  # neither arm always goes first
+
+
+def test_arms_differ_only_in_the_changes() -> None:
+    cand = _candidate()
+    base, arm = plan_arms(cand)
+    diff = {k for k, v in base.system.model_dump().items() if arm.system.model_dump()[k] != v}
+    assert diff == {"batching"}
+
+
+def test_batching_helps_queue_bound_fake_load(tmp_path: Path) -> None:
+    res = ablate(_candidate(**{"ablation.repeats": 3}), tmp_path)
+    eff = res.effects.set_index("metric")
+    assert eff.loc["ttft_ms_p99", "direction"] == "better"
+    assert eff.loc["ttft_ms_p99", "diff_hi"] < 0  # the CI of the difference excludes 0
+    assert eff.loc["output_tok_per_s", "ratio"] > 1
+    assert res.verdicts["candidate"]["verdict"] == "improves"
+    assert (tmp_path / "requests.jsonl").read_text().count("\n") == 6 * (40 + 2)  # trials x (requests + warm-up)
+
+
+def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import inferopt.measure.session as session
+
+    real = session.make_engine
+
+    def flaky(system):
+        if system.batching.max_batch_size == 8:
+            raise RuntimeError("CUDA error: out of memory (planted)")
+        return real(system)
+
+    monkeypatch.setattr(session, "make_engine", flaky)
+    res = ablate(_candidate(), tmp_path)
+    assert res.verdicts["candidate"]["verdict"] == "failed"
+    assert "out of memory (planted)" in res.verdicts["candidate"]["reasons"][0]
+    ok_trials = res.trials[~res.trials["failed"]]
+    assert set(ok_trials["arm"]) == {"baseline"} and len(ok_trials) == 2
+    v = decide(ablation_verdict="failed", ablation_reasons=res.verdicts["candidate"]["reasons"], scenarios_passed={"steady": True},
+               scenario_reasons={}, quality_status="pass", quality_required=False, quality_reasons=[], cost_status="pass",
+               cost_reasons=[], locate_cause="queueing", choice_warning=None)
+    assert v.decision == "reject"
+
+
+@pytest.mark.parametrize("ablation,scen,quality,required,cost,expected", [
+    ("improves", True, "pass", False, "pass", "accept"),
+    ("improves", False, "pass", False, "pass", "reject"),
+    ("improves", True, "fail", False, "pass", "reject"),
+    ("improves", True, "skipped", True, "pass", "inconclusive"),
+    ("no detectable change", True, "pass", False, "pass", "inconclusive"),
+    ("regresses", True, "pass", False, "pass", "reject"),
+    ("improves", True, "pass", False, "fail", "reject"),
+])
+def test_verdict_rules(ablation, scen, quality, required, cost, expected) -> None:
+    v = decide(ablation_verdict=ablation, ablation_reasons=[], scenarios_passed={"steady": scen}, scenario_reasons={},
+               quality_status=quality, quality_required=required, quality_reasons=[], cost_status=cost, cost_reasons=[],
+               locate_cause="queueing", choice_warning="w")
+    assert v.decision == expected
+    assert v.warnings == ["w"] and v.reasons
