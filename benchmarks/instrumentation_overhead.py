@@ -31,14 +31,14 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from inferopt.config import BatchingKnobs, HFSystem, ModelSpec  # noqa: E402
-from inferopt.engines.base import FinishEvent, GenRequest  # noqa: E402
-from inferopt.engines.hf import HFEngine  # noqa: E402
-from inferopt.engines.hf_loop import greedy_generate, left_pad, pad_token_id_of  # noqa: E402
-from inferopt.model.loading import load_model, resolve_device  # noqa: E402
+from inferopt.config import BatchingKnobs, HFSystem, ModelSpec
+from inferopt.engines.base import FinishEvent, GenRequest
+from inferopt.engines.hf import HFEngine
+from inferopt.engines.hf_loop import greedy_generate, left_pad, pad_token_id_of
+from inferopt.model.loading import load_model, resolve_device
 
 
 def _prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:

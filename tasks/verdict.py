@@ -39,6 +39,14 @@ def verdict_task(candidate: CandidateConfig, measured: MeasureResult, located: L
         locate_cause=located.verdict.cause, choice_warning=choice.warning, evidence=evidence,
     )
     tracker.json(verdict.to_dict(), "verdict.json")
+    # the parent run's metrics: the baseline as measured, the candidate/baseline ratios, the scenarios
+    parent = {f"baseline.{k}": v for k, v in measured.headline.items()}
+    if len(ablation.effects):
+        parent |= {f"ratio.{r.metric}": r.ratio for r in ablation.effects.itertuples()}
+    for s in scenarios:
+        parent |= {f"{s.scenario.name}.{k}": v for k, v in s.metrics.items() if k.endswith(("_p99", "_p50", "tok_per_s"))}
+    tracker.metrics(parent)
+    tracker.tags({"inferopt.workload_hash": str(measured.workload.attrs.get("content_hash"))})
     tracker.tags({"inferopt.verdict": verdict.decision, "inferopt.cause": located.verdict.cause,
                   "inferopt.arm_verdict": arm["verdict"]})
     return verdict

@@ -9,7 +9,13 @@ Deliberately not here: engine logic (hf.py, fake.py) and scheduling policy (sche
 from __future__ import annotations
 
 from inferopt.config import FakeSystem, HFSystem
-from inferopt.engines.base import Engine, FinishEvent, GenRequest, RequestRejected, TokenEvent
+from inferopt.engines.base import (
+    Engine,
+    FinishEvent,
+    GenRequest,
+    RequestRejected,
+    TokenEvent,
+)
 
 __all__ = ["Engine", "FinishEvent", "GenRequest", "RequestRejected", "TokenEvent", "make_engine"]
 

@@ -20,7 +20,8 @@ import asyncio
 import itertools
 import math
 import zlib
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ __all__ = ["FakeEngine"]
 
 
 class _Slot:
-    __slots__ = ("request", "timings", "queue", "waiting", "tokens", "will_error", "cache_draw", "done", "cancelled")
+    __slots__ = ("cache_draw", "cancelled", "done", "queue", "request", "timings", "tokens", "waiting", "will_error")
 
     def __init__(self, request: GenRequest, key: str, arrival_s: float, tokens: list[int], will_error: bool,
                  cache_draw: bool) -> None:
@@ -121,7 +122,7 @@ class FakeEngine:
                 event = await slot.queue.get()
                 if isinstance(event, _Error):
                     finished = True
-                    raise RuntimeError(event.message)
+                    raise RuntimeError(event.message)  # noqa: TRY004
                 if isinstance(event, FinishEvent):
                     finished = True
                     yield event
@@ -152,7 +153,7 @@ class FakeEngine:
                 self._wakeup.clear()
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), timeout=decision.wait_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             slots = [self._waiting.pop(k) for k in decision.batch]
@@ -162,7 +163,7 @@ class FakeEngine:
                 await self._run_batch(slots)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # pragma: no cover - the script itself does not fail
+            except Exception as exc:  # noqa: BLE001 - defensive: the script itself does not fail
                 for slot in slots:
                     if not slot.done:
                         self._finish(slot, "error")

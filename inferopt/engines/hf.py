@@ -18,7 +18,8 @@ import itertools
 import os
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Literal
 
 from inferopt.config import HFSystem
 from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, TokenEvent
@@ -37,7 +38,7 @@ WARMUP_NOTE = "warm-up in start(): one prefill of 4 tokens + 1 decode step at ba
 class _Slot:
     """One request's state, shared by its consumer (asyncio) and the worker thread."""
 
-    __slots__ = ("request", "timings", "queue", "waiting", "emitted", "done", "cancelled")
+    __slots__ = ("cancelled", "done", "emitted", "queue", "request", "timings", "waiting")
 
     def __init__(self, request: GenRequest, key: str, arrival_s: float) -> None:
         self.request = request
@@ -61,9 +62,11 @@ class _Mailbox:
     pending at a time (a step's events, or several steps' if the loop lags, are delivered by one callback).
 
     Wake-up: `eventfd` + `loop.add_reader` where available, else `loop.call_soon_threadsafe`. Why: asyncio's
-    self-pipe is a socket, whose wake-up is a *sync* wake that pulls the event-loop thread onto the worker's
-    CPU; on this box that cost ≈ 3 % per token at batch 1 against ≈ 1.5 % for an eventfd
-    (benchmarks/instrumentation_overhead.py --handoff compares them).
+    self-pipe is a socket, whose wake-up is a *sync* wake (the kernel pulls the woken event-loop thread
+    towards the waker's CPU) and starts a GIL ping-pong with the worker. Paired per-step medians at batch 1
+    on the 2-vCPU CI box: +5.6 % per token over the bare loop with call_soon_threadsafe, +1.7 % with an
+    eventfd (one run, 30 requests each; that box drifts ±20 %, so treat these as rough).
+    `benchmarks/instrumentation_overhead.py --handoff ...` compares them.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, handoff: str) -> None:
@@ -185,7 +188,7 @@ class HFEngine:
         params = list(self.model.parameters())
         self._info = {
             "engine": "hf", "name": s.name, "model_path": str(loaded.path), "model_spec": s.model.path,
-            "dtype": loaded.dtype, "attn_implementation": self.model.config._attn_implementation,
+            "dtype": loaded.dtype, "attn_implementation": getattr(self.model.config, "_attn_implementation", s.attn_implementation),
             "torch_threads": torch.get_num_threads(), "device": loaded.device, "device_requested": s.device,
             "batching": s.batching.model_dump(), "stop_at_eos": s.stop_at_eos,
             "param_count": sum(p.numel() for p in params),
@@ -273,7 +276,7 @@ class HFEngine:
                 slot.timings.batch_size_at_admit = len(slots)
             try:
                 self._run_batch(slots)
-            except Exception as exc:  # every unfinished member gets the error; the worker carries on
+            except Exception as exc:  # noqa: BLE001 - every unfinished member gets the error; the worker carries on
                 message = f"{type(exc).__name__}: {exc}"
                 t = now_s()
                 items = []
@@ -310,7 +313,7 @@ class HFEngine:
             slot.timings.prefill_end_s = t
         eos = self._eos if self.system.stop_at_eos else None
         live = len(slots)
-        for step in range(max_new):
+        for step in range(max(max_new, 1)):
             if step:
                 if self._stopping:
                     raise RuntimeError("engine stopped mid-batch")

@@ -18,7 +18,8 @@ continuous batching.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import DynamicCache

@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from inferopt.config import BatchingKnobs, HFSystem, ModelSpec  # noqa: E402
-from inferopt.engines import FinishEvent, GenRequest, RequestRejected, make_engine  # noqa: E402
-from inferopt.engines.hf import HFEngine, greedy_generate  # noqa: E402
-from inferopt.engines.hf_loop import left_pad  # noqa: E402
-from inferopt.model.loading import load_model  # noqa: E402
+from inferopt.config import BatchingKnobs, HFSystem, ModelSpec
+from inferopt.engines import FinishEvent, GenRequest, RequestRejected, make_engine
+from inferopt.engines.hf import HFEngine, greedy_generate
+from inferopt.engines.hf_loop import left_pad
+from inferopt.model.loading import load_model
 
 SPEC = ModelSpec(path="builtin:tiny-llama")
 PROMPTS = [[1] + [3 + (7 * i + 5 * j) % 250 for j in range(n)] for i, n in enumerate((4, 15, 9))]

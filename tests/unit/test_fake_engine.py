@@ -57,7 +57,7 @@ async def _run(system: FakeSystem, requests: list[GenRequest], gaps_s: list[floa
         await engine.stop()
 
 
-FAST = dict(context_ms=0.1, prefill_base_ms=0.5, prefill_ms_per_token=0.01, decode_step_ms=0.5, decode_ms_per_seq=0.05)
+FAST = {"context_ms": 0.1, "prefill_base_ms": 0.5, "prefill_ms_per_token": 0.01, "decode_step_ms": 0.5, "decode_ms_per_seq": 0.05}
 
 
 def test_concurrent_arrivals_are_grouped_up_to_max_batch_size() -> None:
@@ -173,7 +173,7 @@ def test_cancelled_consumer_stops_and_is_recorded() -> None:
     assert asyncio.run(scenario()) == 3
 
 
-@pytest.mark.parametrize("bad", [dict(error_rate=1.5), dict(jitter_cv=-1.0)])
+@pytest.mark.parametrize("bad", [{"error_rate": 1.5}, {"jitter_cv": -1.0}])
 def test_invalid_fake_knobs_are_rejected_by_config(bad: dict) -> None:
     with pytest.raises(ValueError):
         FakeSystem(**bad)
