@@ -78,21 +78,29 @@ def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame
     return out.reset_index(drop=True)
 
 
-def decomposition_check(phases: pd.DataFrame, abs_tol_ms: float = 2.0, rel_tol: float = 0.05) -> dict[str, float | bool]:
+def decomposition_check(phases: pd.DataFrame, abs_tol_ms: float = 2.0, rel_tol: float = 0.05,
+                        min_share: float = 0.9) -> dict[str, float | bool]:
     """Does TTFT = send_lag + Q + C + T_prefill + T_first (+ transport) add up on the ok requests (M3)?
 
-    A request adds up when |residual| <= max(abs_tol_ms, rel_tol x TTFT). Reports the share that does and
-    the residual distribution (the client/transport overhead), for TTFT and E2E.
+    A request is within tolerance when |residual| <= max(abs_tol_ms, rel_tol x its TTFT (E2E)). The join
+    adds up when the median |residual| is within tolerance of the median request and at least `min_share`
+    of requests are: a missing or double-counted phase moves the median by a whole phase, while the
+    client's receive lag on a loaded host (thread wake-ups, GIL hand-offs: a few ms, occasionally tens)
+    only fattens the tail — which is reported (p99, max), not hidden.
     """
     ok = phases[phases["outcome"] == "ok"]
     out: dict[str, float | bool] = {"n_ok": int(len(ok))}
+    adds_up = len(ok) > 0
     for name, total in (("ttft", "ttft_ms"), ("e2e", "e2e_ms")):
         res = ok[f"{name}_residual_ms"].astype(float)
-        tol = np.maximum(abs_tol_ms, rel_tol * ok[total].astype(float).abs())
-        within = (res.abs() <= tol)
-        out[f"{name}_share_within_tol"] = float(within.mean()) if len(ok) else float("nan")
+        size = ok[total].astype(float).abs()
+        within = res.abs() <= np.maximum(abs_tol_ms, rel_tol * size)
+        share = float(within.mean()) if len(ok) else float("nan")
+        median_abs = float(res.abs().median()) if len(ok) else float("nan")
+        out[f"{name}_share_within_tol"] = share
         out[f"{name}_residual_ms_p50"] = float(res.median()) if len(ok) else float("nan")
         out[f"{name}_residual_ms_p99"] = float(res.quantile(0.99)) if len(ok) else float("nan")
         out[f"{name}_residual_ms_max_abs"] = float(res.abs().max()) if len(ok) else float("nan")
-    out["adds_up"] = bool(len(ok) > 0 and out["ttft_share_within_tol"] >= 0.99 and out["e2e_share_within_tol"] >= 0.99)
+        adds_up &= bool(median_abs <= max(abs_tol_ms, rel_tol * float(size.median())) and share >= min_share)
+    out["adds_up"] = bool(adds_up)
     return out

@@ -117,3 +117,17 @@ def test_slices_and_summary_are_tidy() -> None:
     assert {"all", "input_bucket", "output_bucket", "concurrency_bucket", "cache_hit"} <= set(s["slice_dim"])
     p99 = s[(s.slice_dim == "all") & (s.metric == "ttft_ms") & (s.stat == "p99")]["value"].item()
     assert p99 == pytest.approx(np.quantile(ph.loc[ph.outcome == "ok", "ttft_ms"], 0.99))
+
+
+def test_decomposition_check_catches_a_missing_phase() -> None:
+    """A join that drops a phase (here: prefill) no longer adds up; client lag in the tail alone does."""
+    system = FakeSystem(prefill_base_ms=5.0, batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=1))
+    run = run_system(system, _workload(n=30), RunTags(), timeout_s=5)
+    ph = run.phases.copy()
+    assert decomposition_check(ph)["adds_up"]
+    lagged = ph.copy()
+    lagged.loc[lagged.index[:2], "ttft_residual_ms"] += 25.0  # two requests received late by the client
+    assert decomposition_check(lagged)["adds_up"]
+    broken = ph.copy()
+    broken["ttft_residual_ms"] = broken["ttft_residual_ms"] + broken["prefill_ms"]  # prefill not counted
+    assert not decomposition_check(broken)["adds_up"]
