@@ -22,6 +22,9 @@ def phase_stack(phases: pd.DataFrame, slice_dim: str = "input_bucket") -> plt.Fi
     """Median time per phase (ms) for each slice value: where a request's time goes (M2, M4)."""
     ok = phases[phases["outcome"] == "ok"]
     med = ok.groupby(slice_dim, observed=True)[list(PHASES)].median()
+    order = [v for v in ("short", "medium", "long", "miss", "hit") if v in med.index]
+    if len(order) == len(med.index):
+        med = med.loc[order]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     bottom = np.zeros(len(med))
     for col in PHASES:
