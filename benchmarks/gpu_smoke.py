@@ -55,9 +55,14 @@ def main() -> int:
     m = measure(cand, out / "measure")
     print(f"[measure] {json.dumps({k: round(v, 2) for k, v in m.headline.items()})}")
     print(f"[measure] decomposition {m.decomposition}")
-    loc = locate_step(cand, m.phases)
+    loc = locate_step(cand, m.phases, profile=True)
     print(f"[locate] {loc.verdict.cause} ({loc.verdict.confidence:.2f}): {loc.verdict.rule}")
     print(loc.measured.to_string())
+    if loc.profile is not None:  # the op profile's CUDA path (device time per category) only runs here
+        print(loc.profile.ops.to_string())
+        print(f"[profile] {loc.profile.settings} {loc.profile.resources}")
+    elif loc.profile_error:
+        print(f"[profile] FAILED: {loc.profile_error}")
     ch = choose(loc.verdict.cause, dict(cand.changes))
     print(f"[choose] matches={ch.matches} warning={ch.warning}")
     ab = ablate(cand, out / "ablate")

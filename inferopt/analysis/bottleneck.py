@@ -26,13 +26,22 @@ kept as evidence either way):
      minimum t_min of the nearest roofline row (same phase, closest tokens/context and batch). If the
      measurement reaches less than HOST_OVERHEAD_EFFICIENCY of the roof (t_min / measured), the roofs
      are not what limits it: host_overhead (Python/framework dispatch, typical of tiny models on CPU).
+   - with an op profile of the phases (`op_breakdown`, from `inferopt.analysis.profile`): if at least
+     HOST_SHARE_DOMINANT of the profiled phase's time is spent outside any model op (CPU: Python and
+     framework time between aten ops; CUDA: the device idle), the host, not a roof, sets the pace:
+     host_overhead. A majority, not a tuned number: below it, most of the time is in model ops. The attention share of the phase is kept as evidence (C1: it bounds what an attention
+     kernel can win, Amdahl), and does not change the cause.
    - otherwise the cause is that row's roofline bound: usually prefill -> compute, decode -> bandwidth
      (L2), but a small-batch prefill can be bandwidth-bound and a huge-batch decode compute-bound.
 4. none — no successful request with phase timings: nothing to locate.
 
 Confidence (0..1) comes from the margin by which the rule's number cleared its threshold: 0.5 at the
 threshold, 1.0 at a full margin (a decade for ratios, the whole remaining range for shares); the phase
-rule takes the smaller of its dominance margin and its roofline margin (how far AI is from the ridge).
+rule takes the smaller of its dominance margin, its roofline margin (how far AI is from the ridge) and,
+with a profile, its host-share margin.
+
+The profile is of one representative shape (median prompt, batch and output of the measured run), so
+it informs the overall verdict only; per-slice causes use the roofline rule alone.
 
 Per slice (M4: long input -> prefill, long output -> decode, short requests -> queue), every value of
 input_bucket, output_bucket, concurrency_bucket and cache_hit gets its dominant phase and cause, plus
@@ -69,6 +78,8 @@ QUEUE_SHARE_DOMINANT = 0.5      # queue_ms / ttft_ms over the tail at or above w
 KV_CONTEXT_QUANTILE = 0.95      # per-request context (input + output tokens) used for the KV need
 KV_USAGE_FULL = 0.95            # server-reported KV usage at which the cache counts as full
 HOST_OVERHEAD_EFFICIENCY = 0.05  # t_min / measured below this -> the roofs do not limit: host overhead
+HOST_SHARE_DOMINANT = 0.5       # profiled share of a phase outside model ops at/above which the host dominates
+ATTENTION_DOMINANT = 0.5        # profiled attention share of a phase at/above which attention is the main lever
 SLICE_COLUMNS = ("input_bucket", "output_bucket", "concurrency_bucket", "cache_hit")
 PHASES = ("queue", "context", "prefill", "decode")
 _PHASE_CAUSE = {"queue": "queueing", "context": "host_overhead"}
@@ -92,8 +103,10 @@ class Verdict:
         }
 
 
-def locate(phases: pd.DataFrame, roofline: pd.DataFrame, kv: pd.DataFrame, knobs: dict[str, Any]) -> Verdict:
-    """Apply the rules of the module docstring; see there for inputs and thresholds."""
+def locate(phases: pd.DataFrame, roofline: pd.DataFrame, kv: pd.DataFrame, knobs: dict[str, Any],
+           op_breakdown: pd.DataFrame | None = None) -> Verdict:
+    """Apply the rules of the module docstring; see there for inputs and thresholds. `op_breakdown`:
+    `PhaseProfile.ops` of `inferopt.analysis.profile` (optional)."""
     knobs = {k.split(".")[-1]: v for k, v in (knobs or {}).items()}
     evidence: list[dict[str, Any]] = []
     n = len(phases)
@@ -128,7 +141,7 @@ def locate(phases: pd.DataFrame, roofline: pd.DataFrame, kv: pd.DataFrame, knobs
         return Verdict(cause, _conf(dom_margin),  # type: ignore[arg-type]
                        f"{top} is the largest share of E2E ({shares[top]:.0%}, next {second} {shares[second]:.0%}) -> {cause}",
                        evidence, per_slice)
-    cause, conf, rule = _phase_cause(top, ok, roofline, evidence)
+    cause, conf, rule = _phase_cause(top, ok, roofline, evidence, op_breakdown)
     conf = min(conf, _conf(dom_margin))
     rule = f"{top} is the largest share of E2E ({shares[top]:.0%}, next {second} {shares[second]:.0%}); {rule}"
     return Verdict(cause, conf, rule, evidence, per_slice)  # type: ignore[arg-type]
@@ -218,7 +231,8 @@ def _queue_check(phases: pd.DataFrame, ok: pd.DataFrame, evidence: list[dict[str
 
 
 def _phase_cause(phase: str, rows: pd.DataFrame, roofline: pd.DataFrame,
-                 evidence: list[dict[str, Any]] | None) -> tuple[str, float, str]:
+                 evidence: list[dict[str, Any]] | None,
+                 op_breakdown: pd.DataFrame | None = None) -> tuple[str, float, str]:
     """Cause for a prefill- or decode-dominated set of requests: host_overhead or the roofline bound."""
     if phase == "prefill":
         measured_ms = _median(rows["prefill_ms"])
@@ -246,15 +260,52 @@ def _phase_cause(phase: str, rows: pd.DataFrame, roofline: pd.DataFrame,
                              f"(row: {key} {row[key]}, batch {row['batch']}; measured {key} ~{size:.4g}, batch ~{batch:.3g})"))
         evidence.append(_row(f"roofline.{phase}.ai_flop_per_byte", ai, ridge, "FLOP/byte (threshold = ridge)",
                              not host, f"roofline bound {row['bound']}"))
+    prof = _profile_check(phase, op_breakdown, evidence)
     if host:
         conf = _conf(math.log10(HOST_OVERHEAD_EFFICIENCY / eff)) if eff > 0 else 1.0
         return "host_overhead", conf, (
             f"measured {phase} ({measured_ms:.4g} ms) reaches only {eff:.1%} of the roofline minimum "
-            f"({t_min_ms:.4g} ms; < {HOST_OVERHEAD_EFFICIENCY:.0%}): the roofs do not limit it -> host_overhead")
+            f"({t_min_ms:.4g} ms; < {HOST_OVERHEAD_EFFICIENCY:.0%}): the roofs do not limit it -> host_overhead"
+            + (f"; {prof['text']}" if prof else ""))
+    if prof and prof["host"] >= HOST_SHARE_DOMINANT:
+        conf = _conf((prof["host"] - HOST_SHARE_DOMINANT) / (1.0 - HOST_SHARE_DOMINANT))
+        return "host_overhead", conf, (
+            f"{phase} runs at {eff:.0%} of the roofline minimum ({t_min_ms:.4g} ms vs measured {measured_ms:.4g} ms), "
+            f"but the op profile puts {prof['host']:.0%} of it outside model ops (>= {HOST_SHARE_DOMINANT:.0%}): "
+            f"the host sets the pace, not the {row['bound']} roof -> host_overhead; {prof['text']}")
     cause = str(row["bound"])
     margin = abs(math.log10(ai / ridge)) if ai > 0 and ridge > 0 and math.isfinite(ai / ridge) else 1.0
-    return cause, _conf(margin), (
-        f"{phase} AI {ai:.3g} FLOP/B vs ridge {ridge:.3g} FLOP/B, at {eff:.0%} of the roof -> {cause}")
+    conf = _conf(margin)
+    text = f"{phase} AI {ai:.3g} FLOP/B vs ridge {ridge:.3g} FLOP/B, at {eff:.0%} of the roof -> {cause}"
+    if prof:
+        conf = min(conf, _conf((HOST_SHARE_DOMINANT - prof["host"]) / HOST_SHARE_DOMINANT))
+        text += (f"; {prof['text']} (host < {HOST_SHARE_DOMINANT:.0%}: most of the time is in model ops, so the "
+                 f"roof's bound stands; host time and kernels below the roof are why it is at {eff:.0%} of it)")
+    return cause, conf, text
+
+
+def _profile_check(phase: str, ops: pd.DataFrame | None, evidence: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The profile's host and attention shares of `phase` as evidence rows, or None without a profile."""
+    from inferopt.analysis.profile import category_share, host_share, roof_work_share
+
+    if ops is None or len(ops) == 0 or phase not in set(ops["phase"]):
+        return None
+    host = host_share(ops, phase)
+    if not math.isfinite(host):
+        return None
+    attn = category_share(ops, phase, "attention")
+    matmul = category_share(ops, phase, "matmul")
+    work = roof_work_share(ops, phase)
+    text = (f"op profile of {phase}: host {host:.0%}, matmul {matmul:.0%}, attention {attn:.0%}, "
+            f"other ops {max(0.0, 1.0 - host - matmul - attn):.0%}")
+    if evidence is not None:
+        evidence.append(_row(f"profile.{phase}.host_share", host, HOST_SHARE_DOMINANT, "fraction", host >= HOST_SHARE_DOMINANT,
+                             f"share of the profiled {phase} time outside model ops (CPU: Python/framework between "
+                             f"aten ops; CUDA: device idle); matmul + attention = {work:.0%}"))
+        evidence.append(_row(f"profile.{phase}.attention_share", attn, ATTENTION_DOMINANT, "fraction",
+                             attn >= ATTENTION_DOMINANT,
+                             f"an attention kernel (C1, K3) can shorten at most this share of {phase} (Amdahl)"))
+    return {"host": host, "attention": attn, "matmul": matmul, "text": text}
 
 
 # --------------------------------------------------------------------------- per slice

@@ -1,12 +1,18 @@
 """Step 2, locate: put the measured phases next to their ceilings (roofline, KV capacity) and name the
 dominant cause with its evidence (L1–L4). Then step 3's `choose` matches remedies to that cause.
 
+With `profile=True` (hf systems only) a short torch.profiler pass over one representative prefill and a
+few decode steps (`inferopt.analysis.profile`) adds the per-phase op breakdown, which the verdict uses as
+evidence (host share, attention share). A failing profile pass is recorded in `profile_error` and the
+verdict is made without it.
+
 Deliberately not here: the rules themselves (`bottleneck.py`) and the remedy catalogue (`remedies.py`).
 """
 
 from __future__ import annotations
 
 import json
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +22,7 @@ import pandas as pd
 from inferopt.analysis.bottleneck import Verdict, locate, roofline_points
 from inferopt.analysis.hardware import HardwareProfile, load_hardware
 from inferopt.analysis.kv import kv_table
+from inferopt.analysis.profile import PhaseProfile, profile_for_phases
 from inferopt.analysis.roofline import ModelDims, achieved, roofline_table, weight_bytes
 from inferopt.config import CandidateConfig, FakeSystem, HFSystem
 
@@ -30,6 +37,8 @@ class LocateResult:
     measured: pd.DataFrame          # the same points with achieved FLOP/s and bandwidth from measured times
     kv: pd.DataFrame
     verdict: Verdict
+    profile: PhaseProfile | None = None  # the op breakdown, when profiled
+    profile_error: str | None = None     # why the profile pass failed, when it did
 
 
 def model_dims(system: HFSystem | FakeSystem) -> ModelDims | None:
@@ -57,8 +66,17 @@ def _measured_points(roof: pd.DataFrame, phases: pd.DataFrame, hw: HardwareProfi
     return pd.DataFrame(rows)
 
 
-def locate_step(candidate: CandidateConfig, phases: pd.DataFrame) -> LocateResult:
+def locate_step(candidate: CandidateConfig, phases: pd.DataFrame, *, profile: bool = False) -> LocateResult:
+    """Roofline, KV table and verdict for the baseline's measured `phases`; `profile`: also run the op
+    profile pass (hf systems; ignored for others) and give the verdict its evidence."""
     system = candidate.baseline
+    prof: PhaseProfile | None = None
+    prof_error: str | None = None
+    if profile and isinstance(system, HFSystem) and len(phases):
+        try:
+            prof = profile_for_phases(system, phases)
+        except Exception as exc:  # noqa: BLE001 - the verdict can be made without the profile
+            prof_error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
     dtype = system.dtype if isinstance(system, HFSystem) else "float32"
     threads = system.torch_threads if isinstance(system, HFSystem) else 1
     hw = load_hardware(candidate.hardware, dtype, threads)
@@ -77,5 +95,6 @@ def locate_step(candidate: CandidateConfig, phases: pd.DataFrame) -> LocateResul
         kv = kv_table(dims, ctx_lens, system.batching.max_batch_size, b, hw.memory_bytes, weight_bytes(dims, b))
         measured = _measured_points(roof, phases, hw)
     knobs: dict[str, Any] = {"max_batch_size": system.batching.max_batch_size}
-    verdict = locate(phases, roof, kv, knobs)
-    return LocateResult(hardware=hw, dims=dims, roofline=roof, measured=measured, kv=kv, verdict=verdict)
+    verdict = locate(phases, roof, kv, knobs, op_breakdown=prof.ops if prof is not None else None)
+    return LocateResult(hardware=hw, dims=dims, roofline=roof, measured=measured, kv=kv, verdict=verdict,
+                        profile=prof, profile_error=prof_error)

@@ -5,13 +5,14 @@ Deliberately not here: any judgement (locate does that) and tracking.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from inferopt.config import CandidateConfig
 from inferopt.measure.phases import decomposition_check
+from inferopt.measure.resources import process_usage, usage_delta
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import SliceEdges, add_slices, edges_from_workload, headline, summarize
@@ -27,19 +28,22 @@ class MeasureResult:
     summary: pd.DataFrame           # long: slice_dim, slice_value, metric, stat, value, unit
     headline: dict[str, float]
     decomposition: dict[str, float | bool]
+    resources: dict = field(default_factory=dict)  # this process's CPU time and RSS around the run (resources.py)
 
 
 def measure(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "") -> MeasureResult:
     table = build_workload(candidate.workload)
     edges = edges_from_workload(table)
+    before = process_usage()
     run = run_system(candidate.baseline, table, RunTags(run_tag=run_tag, arm="baseline", scenario="measure"),
                      timeout_s=candidate.workload.timeout_s, records_path=Path(out_dir) / "requests.jsonl",
                      warmup_requests=candidate.measure.warmup_requests, prompt_seed=candidate.workload.seed)
+    resources = usage_delta(before, process_usage())
     if run.failed:
         raise RuntimeError(f"measure: the baseline could not be measured: {run.error}")
     phases = add_slices(run.phases, edges)
     return MeasureResult(
         run=run, workload=table, edges=edges, phases=phases,
         summary=summarize(phases, group=("arm",)), headline=headline(phases, run.duration_s),
-        decomposition=decomposition_check(phases),
+        decomposition=decomposition_check(phases), resources=resources,
     )
