@@ -1,4 +1,6 @@
-"""Prefect task for step 4 (ablate): interleaved trials of every arm, effects with CIs, a child run per arm."""
+"""Prefect task for step 4 (ablate): interleaved trials of every arm, effects with CIs, a child run per arm
+(baseline, the A/A arm, each single change, the candidate; skipped arms too), the looks of the sequential
+test, the interaction table, and the verdicts."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from tasks.tracking import Tracker, log_records
 STEP = "4-ablate"
 
 
-@task(name="ablate", task_run_name="ablate baseline vs candidate")
+@task(name="ablate", task_run_name="ablate baseline vs arms")
 def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
     tracker.child(STEP, tags={"inferopt.step": "ablate"})
     tracker.params(candidate.ablation.model_dump(mode="json"), STEP)
@@ -29,16 +31,23 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
               + (f" FAILED: {(run.error or '').splitlines()[0]}" if run.failed else f" {run.duration_s:.1f} s"))
 
     result = ablate(candidate, tracker.dir_for(STEP), run_tag=tracker.parent_run_id, on_trial=on_trial)
-    for arm in result.arms:
+    for arm in result.arms:  # every arm, the A/A arm and skipped ones included: never only the best
         name = f"arm-{arm.name}"
         tracker.child(name, tags={"inferopt.step": "ablate", "inferopt.arm": arm.name})
-        tracker.params({"system": arm.system.model_dump(mode="json"), "changes": arm.changes or "none"}, name)
+        tracker.tags({"inferopt.arm_role": arm.role}, name)
+        tracker.params({"system": arm.system.model_dump(mode="json"), "changes": arm.changes or "none",
+                        "role": arm.role}, name)
         v = result.verdicts.get(arm.name)
         tracker.tags({"inferopt.arm_verdict": v["verdict"] if v else "baseline"}, name)
         if v:
             tracker.json(v, "arm_verdict.json", name)
-        failed = bool(result.trials[result.trials["arm"] == arm.name]["failed"].any()) if len(result.trials) else True
-        tracker.finish(name, status="FAILED" if failed else "FINISHED")
+        if len(result.effects) and arm.name in set(result.effects["arm"]):
+            tracker.table(result.effects[result.effects["arm"] == arm.name], "effects.parquet", name)
+        rows = result.trials[result.trials["arm"] == arm.name] if len(result.trials) else result.trials
+        if arm.name in result.skipped:
+            tracker.params({"skip_reason": result.skipped[arm.name]}, name)
+        crashed = bool((rows["failed"] & ~rows["skipped"]).any()) if len(rows) else arm.name not in result.skipped
+        tracker.finish(name, status="FAILED" if crashed else "FINISHED")
     log_records(tracker, [r for run in result.runs for r in run.records], STEP)
     tracker.table(result.trials.drop(columns=["phases"]), "trials.parquet", STEP)
     tracker.table(result.trial_headlines(), "trial_headlines.parquet", STEP)
@@ -53,5 +62,22 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
             tracker.metrics({f"{r.arm}.{r.metric}.ratio": r.ratio, f"{r.arm}.{r.metric}.ratio_lo": r.ratio_lo,
                              f"{r.arm}.{r.metric}.ratio_hi": r.ratio_hi}, STEP)
     tracker.json(result.verdicts, "arm_verdicts.json", STEP)
+    # the sequential test: every look (per arm and target metric), the alpha spent, why it stopped
+    tracker.json(result.stopping, "stopping.json", STEP)
+    tracker.params({f"stopping.{k}": v for k, v in result.stopping.items()}, STEP)
+    tracker.metrics({"stopping.repeats_done": result.stopping.get("repeats_done", 0),
+                     "stopping.alpha_used": result.stopping.get("alpha_used", float("nan")),
+                     "noise_suspicious": float(result.noise_suspicious)}, STEP)
+    if len(result.looks):
+        tracker.table(result.looks, "looks.parquet", STEP)
+        for look, sub in result.looks.groupby("look"):
+            tracker.metrics({"look.repeats": float(sub["repeats"].iloc[0]), "look.alpha": float(sub["alpha"].iloc[0]),
+                             "look.stop": float(sub["stop"].iloc[0])}, STEP, step=int(look))
+    if len(result.interactions):
+        tracker.table(result.interactions, "interactions.parquet", STEP)
+        for r in result.interactions.itertuples():
+            tracker.metrics({f"interaction.{r.metric}": r.interaction, f"interaction.{r.metric}.lo": r.interaction_lo,
+                             f"interaction.{r.metric}.hi": r.interaction_hi}, STEP)
+    tracker.tags({"inferopt.noise_suspicious": str(result.noise_suspicious).lower()}, STEP)
     tracker.finish(STEP)
     return result

@@ -41,8 +41,8 @@ def verdict_task(candidate: CandidateConfig, measured: MeasureResult, located: L
     tracker.json(verdict.to_dict(), "verdict.json")
     # the parent run's metrics: the baseline as measured, the candidate/baseline ratios, the scenarios
     parent = {f"baseline.{k}": v for k, v in measured.headline.items()}
-    if len(ablation.effects):
-        parent |= {f"ratio.{r.metric}": r.ratio for r in ablation.effects.itertuples()}
+    if len(ablation.effects):  # the candidate's ratios (the A/A and single-change arms are on their own runs)
+        parent |= {f"ratio.{r.metric}": r.ratio for r in ablation.effects.itertuples() if r.arm == "candidate"}
     for s in scenarios:
         parent |= {f"{s.scenario.name}.{k}": v for k, v in s.metrics.items() if k.endswith(("_p99", "_p50", "tok_per_s"))}
     tracker.metrics(parent)

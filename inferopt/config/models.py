@@ -234,11 +234,61 @@ class MeasureSettings(Frozen):
 
 
 class AblationSettings(Frozen):
-    repeats: PositiveInt = Field(default=3, description="trials per arm, interleaved in seeded random order")
+    """How an ablation runs and is judged (SPEC A1).
+
+    Fixed design (`max_repeats` unset): `repeats` trials per arm, one look at level `alpha`. The test per
+    metric is `test` (see `inferopt.ablation.compare`): target metrics first (Holm), the other metrics only
+    when every target moved (Holm) — family-wise error <= `alpha` over all metrics.
+    Sequential design (`max_repeats` set): a look after every repeat from `min_repeats` (default: `repeats`)
+    to `max_repeats`; the run stops at the first look where every tested arm has every target metric
+    significant, or at `max_repeats`. Peeking is paid for with Bonferroni over the planned looks: each look
+    tests at `alpha / number_of_looks`, so the chance of any false alarm over all looks stays <= `alpha`
+    whatever the stopping rule (see `inferopt.ablation.run`)."""
+
+    repeats: PositiveInt = Field(default=3, description="trials per arm (fixed design), interleaved in seeded random order")
     seed: int = 0
-    bootstrap_samples: PositiveInt = 2000
-    alpha: float = Field(default=0.05, gt=0.0, lt=0.5)
+    test: Literal["repeat_t", "two_level_bootstrap"] = Field(
+        default="repeat_t",
+        description="repeat_t: paired t-test over repeats on per-trial log ratios (the repeat is the unit); "
+                    "two_level_bootstrap: resample repeats then requests (anti-conservative with few repeats)")
+    bootstrap_samples: PositiveInt = Field(default=2000, description="resamples for test: two_level_bootstrap")
+    alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="family-wise error over metrics (Holm) and looks (Bonferroni)")
     num_requests: PositiveInt | None = Field(default=None, description="requests per trial (default: the workload's)")
+    aa_arm: bool = Field(default=True, description="also run the baseline again as arm `aa`: the noise floor, measured in the same run")
+    min_repeats: PositiveInt | None = Field(default=None, description="sequential design: first look after this many repeats (default: repeats)")
+    max_repeats: PositiveInt | None = Field(default=None, description="sequential design: last look; unset = fixed design with `repeats`")
+
+    @model_validator(mode="after")
+    def _design(self) -> "AblationSettings":
+        if self.max_repeats is None:
+            if self.min_repeats is not None:
+                raise ValueError("min_repeats only applies to sequential stopping; fix: set max_repeats too, or drop min_repeats")
+            return self
+        first = self.min_repeats if self.min_repeats is not None else self.repeats
+        if first < 2:
+            raise ValueError(f"sequential stopping looks first after {first} repeat(s); fix: min_repeats >= 2 "
+                             "(one trial per arm says nothing about trial-to-trial noise)")
+        if first > self.max_repeats:
+            which = "min_repeats" if self.min_repeats is not None else "repeats (the first look when min_repeats is unset)"
+            raise ValueError(f"{which} = {first} exceeds max_repeats = {self.max_repeats}; fix: min_repeats <= max_repeats")
+        return self
+
+    @property
+    def sequential(self) -> bool:
+        return self.max_repeats is not None
+
+    @property
+    def look_repeats(self) -> tuple[int, ...]:
+        """After how many repeats each planned look happens (one look for the fixed design)."""
+        if self.max_repeats is None:
+            return (self.repeats,)
+        first = self.min_repeats if self.min_repeats is not None else self.repeats
+        return tuple(range(first, self.max_repeats + 1))
+
+    @property
+    def alpha_per_look(self) -> float:
+        """Bonferroni over the planned looks (the whole alpha for the fixed design)."""
+        return self.alpha / len(self.look_repeats)
 
 
 class ScenarioConfig(Frozen):
@@ -286,6 +336,7 @@ class CandidateConfig(Frozen):
         if not self.changes:
             raise ValueError("changes is empty: a candidate must change at least one baseline field")
         apply_changes(self.baseline, self.changes)  # raises with the offending path
+        single_change_systems(self.baseline, self.changes)  # each change alone moves exactly one field
         return self
 
     @property
@@ -317,6 +368,47 @@ def apply_changes(system: HFSystem | FakeSystem, changes: dict[str, Any]) -> HFS
                 node = node[part]
     return type(system).model_validate(data)
 
+def changed_fields(a: HFSystem | FakeSystem, b: HFSystem | FakeSystem) -> dict[str, tuple[Any, Any]]:
+    """Leaf fields (dotted paths) whose values differ between two systems: path -> (a's value, b's value)."""
+    out: dict[str, tuple[Any, Any]] = {}
+
+    def walk(x: Any, y: Any, prefix: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for key in sorted(set(x) | set(y)):
+                walk(x.get(key), y.get(key), f"{prefix}{key}.")
+        elif x != y:
+            out[prefix.rstrip(".")] = (x, y)
+
+    walk(a.model_dump(), b.model_dump(), "")
+    return out
+
+
+def single_change_systems(system: HFSystem | FakeSystem, changes: dict[str, Any]) -> dict[str, HFSystem | FakeSystem]:
+    """One system per change (change path -> the baseline with only that change), each checked to differ from
+    the baseline in exactly one leaf field (SPEC A1: one variable at a time). Refused: overlapping paths
+    (`batching` and `batching.max_batch_size`), and a change whose value moves several fields or none
+    (e.g. `batching: {max_batch_size: 8}` also resets `batch_wait_ms` to its default)."""
+    paths = sorted(changes)
+    for i, p in enumerate(paths):
+        for q in paths[i + 1:]:
+            if q.startswith(p + "."):
+                raise ValueError(f"changes.{p} and changes.{q} overlap: the first contains the second; fix: keep only "
+                                 "the dotted leaf paths, one per variable")
+    out: dict[str, HFSystem | FakeSystem] = {}
+    for dotted, value in changes.items():
+        one = apply_changes(system, {dotted: value})
+        moved = changed_fields(system, one)
+        if len(moved) != 1:
+            listing = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in moved.items()) or "nothing"
+            raise ValueError(
+                f"changes.{dotted}: an ablation arm must change exactly one field of the baseline, this change "
+                f"moves {len(moved)} ({listing}); fix: give each variable its own dotted path, e.g. "
+                + (f"{next(iter(moved))}: {next(iter(moved.values()))[1]!r}" if moved else f"{dotted}.<field>: <value>")
+            )
+        out[dotted] = one
+    return out
+
+
 __all__ = [
     "BUILTIN_PREFIX",
     "ConfigError",
@@ -343,4 +435,6 @@ __all__ = [
     "GateSettings",
     "CandidateConfig",
     "apply_changes",
+    "changed_fields",
+    "single_change_systems",
 ]

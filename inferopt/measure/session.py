@@ -2,7 +2,9 @@
 
 This is the unit every step reuses (measure, each ablation trial, each validation scenario). A crash
 anywhere — the engine failing to load, the run dying — becomes a `MeasuredRun` with `failed` set and the
-error text, so the caller can mark that arm failed and carry on.
+error text, so the caller can mark that arm failed and carry on. The run says where it failed (`failed_at`:
+"start" = the engine could not be built or started, e.g. an ImportError for a GPU-only kernel; "run" = during
+the load) and the exception's class names (`error_type`), so a caller can tell "cannot run here" from a crash.
 
 Deliberately not here: deciding what to run (steps do) and tracking (tasks/ log what comes back).
 """
@@ -35,6 +37,12 @@ class MeasuredRun:
     warmup_declared: int = 0
     failed: bool = False
     error: str | None = None
+    failed_at: str | None = None        # "start" (building or starting the engine) | "run" (replaying the load)
+    error_type: str | None = None       # the exception's class and its bases, e.g. "ModuleNotFoundError,ImportError"
+
+
+class _StartFailed(Exception):
+    """The engine could not be built or started (its cause is the engine's own exception)."""
 
 
 def vocab_size_of(system: HFSystem | FakeSystem) -> int:
@@ -49,8 +57,11 @@ def vocab_size_of(system: HFSystem | FakeSystem) -> int:
 
 async def _run(system: HFSystem | FakeSystem, table: pd.DataFrame, tags: RunTags, sink: RecordSink | None,
                timeout_s: float, warmup: int, prompt_seed: int) -> LoadResult:
-    engine = make_engine(system)
-    await engine.start()
+    try:
+        engine = make_engine(system)
+        await engine.start()
+    except Exception as exc:  # re-raised, marked as a start failure
+        raise _StartFailed() from exc
     try:
         return await run_open_loop(engine, table, vocab_size=vocab_size_of(system), timeout_s=timeout_s, tags=tags,
                                    sink=sink, prompt_seed=prompt_seed, warmup_requests=warmup)
@@ -65,7 +76,13 @@ def run_system(system: HFSystem | FakeSystem, table: pd.DataFrame, tags: RunTags
     try:
         result = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed))
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
-        return MeasuredRun(tags=tags, failed=True, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
+        stage = "run"
+        if isinstance(exc, _StartFailed) and exc.__cause__ is not None:
+            stage, exc = "start", exc.__cause__
+        kinds = ",".join(k.__name__ for k in type(exc).__mro__ if k not in (BaseException, Exception, object))
+        tb = "".join(traceback.format_exception(exc, limit=5))
+        return MeasuredRun(tags=tags, failed=True, error=f"{type(exc).__name__}: {exc}\n{tb}", failed_at=stage,
+                           error_type=kinds)
     finally:
         if sink:
             sink.close()

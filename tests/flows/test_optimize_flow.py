@@ -8,7 +8,9 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-STEPS = {"1-measure", "2-locate", "3-choose", "4-ablate", "5-validate", "6-gate", "arm-baseline", "arm-candidate"}
+STEPS = {"1-measure", "2-locate", "3-choose", "4-ablate", "5-validate", "6-gate", "arm-baseline", "arm-candidate",
+         # the A/A arm and one arm per change (fake-batching changes two fields): every arm is logged
+         "arm-aa", "arm-batching.max_batch_size", "arm-batching.batch_wait_ms"}
 
 
 def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Path, monkeypatch) -> None:
@@ -28,7 +30,10 @@ def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Pa
     by_name = {c.info.run_name: c for c in children}
     measure_files = {a.path for a in client.list_artifacts(by_name["1-measure"].info.run_id)}
     assert {"requests.parquet", "tokens.parquet", "requests.jsonl", "phases.parquet", "summary.parquet"} <= measure_files
-    assert "effects.parquet" in {a.path for a in client.list_artifacts(by_name["4-ablate"].info.run_id)}
+    ablate_files = {a.path for a in client.list_artifacts(by_name["4-ablate"].info.run_id)}
+    assert {"effects.parquet", "looks.parquet", "stopping.json", "interactions.parquet"} <= ablate_files
+    assert by_name["arm-aa"].data.tags["inferopt.arm_role"] == "aa"
+    assert by_name["arm-aa"].data.tags["inferopt.arm_verdict"] in {"no detectable change", "improves", "regresses"}
     assert "verdict.json" in {a.path for a in client.list_artifacts(result["run_id"])}
     # params are the resolved configs; per-trial metrics on the arm runs
     assert by_name["arm-candidate"].data.params["system.batching.max_batch_size"] == "8"

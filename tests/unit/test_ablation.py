@@ -31,19 +31,23 @@ def test_interleaved_order_is_seeded_and_balanced() -> None:
 
 def test_arms_differ_only_in_the_changes() -> None:
     cand = _candidate()
-    base, arm = plan_arms(cand)
+    arms = {a.name: a for a in plan_arms(cand)}
+    base, arm = arms["baseline"], arms["candidate"]
     diff = {k for k, v in base.system.model_dump().items() if arm.system.model_dump()[k] != v}
     assert diff == {"batching"}
 
 
 def test_batching_helps_queue_bound_fake_load(tmp_path: Path) -> None:
     res = ablate(_candidate(**{"ablation.repeats": 3}), tmp_path)
-    eff = res.effects.set_index("metric")
+    eff = res.effects[res.effects["arm"] == "candidate"].set_index("metric")  # effects hold every arm (A/A too)
     assert eff.loc["ttft_ms_p99", "direction"] == "better"
     assert eff.loc["ttft_ms_p99", "diff_hi"] < 0  # the CI of the difference excludes 0
     assert eff.loc["output_tok_per_s", "ratio"] > 1
     assert res.verdicts["candidate"]["verdict"] == "improves"
-    assert (tmp_path / "requests.jsonl").read_text().count("\n") == 6 * (40 + 2)  # trials x (requests + warm-up)
+    assert res.interactions["triggered"].sum() == 0  # only max_batch_size helps: nothing to compose
+    assert set(res.verdicts) == {"aa", "batching.max_batch_size", "batching.batch_wait_ms", "candidate"}
+    n_trials = len(res.arms) * 3
+    assert (tmp_path / "requests.jsonl").read_text().count("\n") == n_trials * (40 + 2)  # trials x (requests + warm-up)
 
 
 def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,7 +65,9 @@ def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path, monkeypat
     assert res.verdicts["candidate"]["verdict"] == "failed"
     assert "out of memory (planted)" in res.verdicts["candidate"]["reasons"][0]
     ok_trials = res.trials[~res.trials["failed"]]
-    assert set(ok_trials["arm"]) == {"baseline"} and len(ok_trials) == 2
+    assert set(ok_trials["arm"]) == {"baseline", "aa", "batching.batch_wait_ms"} and len(ok_trials) == 6
+    assert res.verdicts["batching.max_batch_size"]["verdict"] == "failed"  # the arm that carries the crash
+    assert res.verdicts["batching.batch_wait_ms"]["verdict"] != "failed"   # the other single change still ran
     v = decide(ablation_verdict="failed", ablation_reasons=res.verdicts["candidate"]["reasons"], scenarios_passed={"steady": True},
                scenario_reasons={}, quality_status="pass", quality_required=False, quality_reasons=[], cost_status="pass",
                cost_reasons=[], locate_cause="queueing", choice_warning=None)

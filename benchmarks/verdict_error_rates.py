@@ -1,0 +1,200 @@
+"""How often does the ablation verdict engine cry wolf, and how often does it miss? (issue 5, SPEC A1)
+
+A verdict engine is worth its false-alarm and miss rates, so this script measures them on the scripted fake
+engine with realistic noise. Each simulated ablation is one call of the real pipeline,
+`inferopt.ablation.run.ablate`: plan the arms, run interleaved trials through `run_system` on a fresh
+FakeEngine per trial, the pipeline's test per metric (default: paired t-test over repeats), the target metric
+first and the five others only if it moved (gatekeeping, Holm in each family), per-arm verdicts. Its arms:
+
+- A  = `baseline`: the fake system below, noise `jitter_cv` (lognormal on every delay);
+- A' = `aa`: the same system again (the pipeline's A/A arm);
+- B  = `candidate`: `decode_step_ms` x 1.1 — a planted 10 % TPOT regression (the system's decode step is all
+  decode work: `decode_ms_per_seq` = 0, and the step is long enough that the event loop's own overhead
+  dilutes the 10 % only a little; the realised TPOT p50 ratio is printed).
+
+Every trial gets its own noise stream (`fresh_fake_noise`): the fake engine seeds its noise from
+`system.seed`, and without this every trial — and A' against A — would replay the same noise.
+Each simulated ablation has its own system seed and its own ablation seed (trial order, bootstrap).
+
+Designs: `--design fixed` (default; one look after `--repeats` = 6 at alpha = 0.05: the cleanest check of the
+false-alarm rate at the nominal level) or `--design sequential` (looks after repeats 3..8 at alpha / 6 each).
+`--test two_level_bootstrap` measures the previous statistics on the same design.
+
+Counted, at the run's final look and its alpha (alpha / number of planned looks):
+- A/A false positive: the A/A arm shows *any* of the six metrics significant (after Holm). This is stricter
+  than its verdict, which only reads the target metric; the verdict-based rate is printed too;
+- detection: B's verdict is `regresses` (target metric: TPOT p50).
+
+Targets (issue 5): false-positive rate <= 5 % at alpha = 0.05; detection >= 90 %. The rates come with
+Wilson 95 % intervals: with a few hundred simulated ablations a rate is known to about +-2-3 points.
+
+Cost: a trial is ~0.4-0.6 s of mostly sleeping; simulations run in `--workers` processes. Defaults (120
+simulations x 18 trials) take about 7-9 minutes on 2 cores. Usage:
+
+    .venv/bin/python benchmarks/verdict_error_rates.py [--sims 120] [--workers 3] [--design fixed|sequential]
+
+The last line printed is one JSON object:
+{"aa_false_positive_rate": ..., "planted_detection_rate": ..., "trials": <simulated ablations>}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PLANTED = 1.10          # decode_step_ms multiplier of arm B
+TARGET = "tpot_ms_p50"
+
+
+def candidate_dict(args: argparse.Namespace) -> dict:
+    """The candidate (as a dict; each simulation sets its seeds): fake-small workload, a fake system whose
+    decode step dominates TPOT, the A/A arm on, sequential design."""
+    from inferopt.config import load_config
+
+    base = load_config(ROOT / "configs/candidates/fake-batching.yaml")
+    d = base.model_dump()
+    d["name"] = "verdict-error-rates"
+    d["baseline"].update(
+        name="fake-decode", decode_step_ms=args.decode_step_ms, decode_ms_per_seq=0.0, jitter_cv=args.jitter_cv,
+        batching={"policy": "static", "max_batch_size": 8, "batch_wait_ms": 2.0, "max_queue": None},
+    )
+    d["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": args.rate}
+    d["changes"] = {"decode_step_ms": round(args.decode_step_ms * PLANTED, 6)}
+    d["target_metrics"] = [TARGET]
+    if args.design == "fixed":
+        d["ablation"].update(aa_arm=True, repeats=args.repeats, min_repeats=None, max_repeats=None,
+                             bootstrap_samples=args.bootstrap, alpha=args.alpha, test=args.test)
+    else:
+        d["ablation"].update(aa_arm=True, repeats=args.min_repeats, min_repeats=args.min_repeats,
+                             max_repeats=args.max_repeats, bootstrap_samples=args.bootstrap, alpha=args.alpha,
+                             test=args.test)
+    return d
+
+
+def simulate(job: tuple[dict, int]) -> dict:
+    """One simulated ablation: the real `ablate` on A, A' and B; returns what it decided."""
+    d, i = job
+    import numpy as np
+
+    from inferopt.ablation.compare import METRICS_BY_NAME, arm_trial_values
+    from inferopt.ablation.run import ablate, fresh_fake_noise
+    from inferopt.config import CandidateConfig
+
+    d = json.loads(json.dumps(d))
+    d["baseline"]["seed"] = 10_000 + i
+    d["ablation"]["seed"] = i
+    cand = CandidateConfig.model_validate(d)
+    with tempfile.TemporaryDirectory() as tmp:
+        res = ablate(cand, tmp, run_tag=f"sim-{i}", system_for_trial=fresh_fake_noise)
+    eff = res.effects.set_index(["arm", "metric"])
+    aa = res.effects[res.effects["arm"] == "aa"]
+    ok = res.trials[~res.trials["failed"]]
+    spec = METRICS_BY_NAME[TARGET]
+    per_trial = {a: [float(np.median(v)) for v in arm_trial_values(ok, a, spec)] for a in ("baseline", "candidate")}
+    return {
+        "sim": i,
+        "aa_any_significant": bool(aa["significant"].any()),
+        "aa_significant_metrics": aa.loc[aa["significant"], "metric"].tolist(),
+        "aa_verdict": res.verdicts["aa"]["verdict"],
+        "b_verdict": res.verdicts["candidate"]["verdict"],
+        "b_ratio": float(eff.loc[("candidate", TARGET), "ratio"]),
+        "b_p": float(eff.loc[("candidate", TARGET), "p_value"]),
+        "repeats": res.stopping["repeats_done"],
+        "stopped_early": res.stopping["stopped_early"],
+        "alpha_used": res.stopping["alpha_used"],
+        "failed_trials": int(res.trials["failed"].sum()),
+        "trial_ratio": float(np.mean(per_trial["candidate"]) / np.mean(per_trial["baseline"])),
+    }
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (math.nan, math.nan)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sims", type=int, default=120, help="simulated ablations (each: A vs A' and A vs B)")
+    ap.add_argument("--workers", type=int, default=3, help="processes (trials mostly sleep: > cores is fine)")
+    ap.add_argument("--jitter-cv", type=float, default=0.15, help="lognormal noise on every fake delay")
+    ap.add_argument("--decode-step-ms", type=float, default=3.0)
+    ap.add_argument("--rate", type=float, default=120.0, help="arrivals per second (fake-small: 40 requests)")
+    ap.add_argument("--design", choices=["fixed", "sequential"], default="fixed",
+                    help="fixed: one look after --repeats at alpha (the pipeline's default design); sequential: "
+                         "looks from --min-repeats to --max-repeats at alpha / looks each")
+    ap.add_argument("--repeats", type=int, default=6, help="fixed design: trials per arm")
+    ap.add_argument("--min-repeats", type=int, default=3)
+    ap.add_argument("--max-repeats", type=int, default=8)
+    ap.add_argument("--test", choices=["repeat_t", "two_level_bootstrap"], default="repeat_t")
+    ap.add_argument("--bootstrap", type=int, default=2000, help="resamples for --test two_level_bootstrap")
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--seed-offset", type=int, default=0, help="first simulation index (fresh seeds)")
+    ap.add_argument("--out", type=Path, default=None, help="also write one JSON line per simulation here")
+    args = ap.parse_args(argv)
+
+    d = candidate_dict(args)
+    from inferopt.config import CandidateConfig
+
+    cand = CandidateConfig.model_validate(d)
+    print(f"[error-rates] {args.sims} simulated ablations x arms (baseline, aa, candidate); jitter_cv "
+          f"{args.jitter_cv}; decode_step_ms {args.decode_step_ms} -> x{PLANTED}; target {TARGET}; looks after "
+          f"repeats {list(cand.ablation.look_repeats)} at alpha {cand.ablation.alpha_per_look:.4g} each "
+          f"(Bonferroni over looks; target first, then the other 5 metrics: Holm in each); test {args.test}; "
+          f"{args.workers} workers", flush=True)
+    t0 = time.time()
+    results = []
+    jobs = [(d, args.seed_offset + i) for i in range(args.sims)]
+    sink = args.out.open("w") if args.out else None
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for r in pool.map(simulate, jobs):
+            results.append(r)
+            if sink:
+                sink.write(json.dumps(r) + "\n")
+                sink.flush()
+            if len(results) % 10 == 0:
+                fp = sum(x["aa_any_significant"] for x in results) / len(results)
+                det = sum(x["b_verdict"] == "regresses" for x in results) / len(results)
+                print(f"[error-rates] {len(results)}/{args.sims}: A/A false positives {fp:.3f}, detection {det:.3f} "
+                      f"({time.time() - t0:.0f} s)", flush=True)
+    if sink:
+        sink.close()
+
+    n = len(results)
+    k_fp = sum(r["aa_any_significant"] for r in results)
+    k_fp_verdict = sum(r["aa_verdict"] != "no detectable change" for r in results)
+    k_det = sum(r["b_verdict"] == "regresses" for r in results)
+    k_wrong = sum(r["b_verdict"] == "improves" for r in results)
+    detail = {
+        "simulated_ablations": n,
+        "aa_false_positive_rate": k_fp / n, "aa_false_positive_ci95": wilson(k_fp, n),
+        "aa_verdict_false_positive_rate": k_fp_verdict / n,
+        "planted_detection_rate": k_det / n, "planted_detection_ci95": wilson(k_det, n),
+        "planted_wrong_direction_rate": k_wrong / n,
+        "realised_tpot_p50_ratio_mean": sum(r["b_ratio"] for r in results) / n,
+        "mean_repeats": sum(r["repeats"] for r in results) / n,
+        "stopped_early_rate": sum(r["stopped_early"] for r in results) / n,
+        "design": args.design, "test": args.test, "alpha": args.alpha, "alpha_per_look": cand.ablation.alpha_per_look,
+        "looks": list(cand.ablation.look_repeats), "jitter_cv": args.jitter_cv,
+        "failed_trials": sum(r["failed_trials"] for r in results), "wall_s": round(time.time() - t0, 1),
+    }
+    print(json.dumps(detail))
+    print(json.dumps({"aa_false_positive_rate": round(k_fp / n, 4), "planted_detection_rate": round(k_det / n, 4),
+                      "trials": n}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
