@@ -20,6 +20,7 @@ from typing import Any
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the op profile in locate: no USDT chatter on stdout
 
 from prefect import flow, task  # noqa: E402
 
