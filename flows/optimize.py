@@ -41,7 +41,7 @@ def load_candidate(candidate: str, overrides: dict[str, Any] | None = None) -> C
     return load_config(candidate, kind="candidate", **(overrides or {}))
 
 
-@flow(name="optimize", log_prints=True, validate_parameters=True)
+@flow(name="optimize", log_prints=False, validate_parameters=True)  # step progress to stdout
 def optimize(candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | None = None,
              experiment: str = "inferopt") -> dict[str, Any]:
     """Judge one candidate optimization. `candidate` is a YAML path (relative to the working directory);
