@@ -121,7 +121,7 @@ def test_slices_and_summary_are_tidy() -> None:
 
 def test_decomposition_check_catches_a_missing_phase() -> None:
     """A join that drops a phase (here: prefill) no longer adds up; client lag in the tail alone does."""
-    system = FakeSystem(prefill_base_ms=5.0, batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=1))
+    system = FakeSystem(prefill_base_ms=25.0, batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=1))
     run = run_system(system, _workload(n=30), RunTags(), timeout_s=5)
     ph = run.phases.copy()
     assert decomposition_check(ph)["adds_up"]
