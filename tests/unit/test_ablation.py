@@ -44,7 +44,9 @@ def test_batching_helps_queue_bound_fake_load(tmp_path: Path) -> None:
     assert eff.loc["ttft_ms_p99", "diff_hi"] < 0  # the CI of the difference excludes 0
     assert eff.loc["output_tok_per_s", "ratio"] > 1
     assert res.verdicts["candidate"]["verdict"] == "improves"
-    assert res.interactions["triggered"].sum() == 0  # only max_batch_size helps: nothing to compose
+    # no assertion on interactions here: whether the no-op batch_wait_ms arm crosses significance is a
+    # ~alpha-rate event on a timing-noisy fake (a fresh CI run hit it); tests/unit/test_ablation_design.py
+    # plants interactions deterministically.
     assert set(res.verdicts) == {"aa", "batching.max_batch_size", "batching.batch_wait_ms", "candidate"}
     n_trials = len(res.arms) * 3
     assert (tmp_path / "requests.jsonl").read_text().count("\n") == n_trials * (40 + 2)  # trials x (requests + warm-up)
