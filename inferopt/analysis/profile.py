@@ -78,15 +78,23 @@ class PhaseProfile:
                 "ops": self.ops.to_dict(orient="records")}
 
 
-def roof_work_share(ops: pd.DataFrame | None, phase: str) -> float:
-    """Share of `phase`'s time in matmul + attention ops (device time on CUDA, CPU time on CPU); NaN
-    when the phase was not profiled."""
+def _phase_rows(ops: pd.DataFrame | None, phase: str) -> tuple[pd.DataFrame, str] | None:
+    """`phase`'s rows and the share column to read (device time on CUDA, CPU time on CPU); None when the
+    phase was not profiled."""
     if ops is None or ops.empty:
-        return math.nan
+        return None
     rows = ops[ops["phase"] == phase]
     if rows.empty:
+        return None
+    return rows, ("device_share" if rows["device_share"].notna().any() else "share")
+
+
+def roof_work_share(ops: pd.DataFrame | None, phase: str) -> float:
+    """Share of `phase`'s time in matmul + attention ops; NaN when the phase was not profiled."""
+    found = _phase_rows(ops, phase)
+    if found is None:
         return math.nan
-    col = "device_share" if rows["device_share"].notna().any() else "share"
+    rows, col = found
     return float(rows.loc[rows["category"].isin(ROOF_WORK), col].sum())
 
 
@@ -95,24 +103,21 @@ def host_share(ops: pd.DataFrame | None, phase: str) -> float:
     'host' category (Python/framework between aten ops; dispatcher cost inside tiny ops is not in it, so
     this is a lower bound on overhead); on CUDA 1 - (kernel time / phase wall time), the device's idle
     share. NaN when the phase was not profiled."""
-    if ops is None or ops.empty:
+    found = _phase_rows(ops, phase)
+    if found is None:
         return math.nan
-    rows = ops[ops["phase"] == phase]
-    if rows.empty:
-        return math.nan
-    if rows["device_share"].notna().any():
+    rows, col = found
+    if col == "device_share":
         return float(min(1.0, max(0.0, 1.0 - rows["device_share"].sum())))
     return float(rows.loc[rows["category"] == "host", "share"].sum())
 
 
 def category_share(ops: pd.DataFrame | None, phase: str, category: str) -> float:
     """Share of `phase`'s time in one category (as `roof_work_share`); NaN when not profiled."""
-    if ops is None or ops.empty:
+    found = _phase_rows(ops, phase)
+    if found is None:
         return math.nan
-    rows = ops[ops["phase"] == phase]
-    if rows.empty:
-        return math.nan
-    col = "device_share" if rows["device_share"].notna().any() else "share"
+    rows, col = found
     return float(rows.loc[rows["category"] == category, col].sum())
 
 
