@@ -64,6 +64,11 @@ def _resolve_refs(data: Any, base: Path, seen: tuple[Path, ...]) -> Any:
             if not p.startswith(BUILTIN_PREFIX) and not Path(p).expanduser().is_absolute():
                 value = {**value, "path": str((base / p).resolve())}
             out[key] = value
+        elif key == "trace" and isinstance(value, dict) and isinstance(value.get("path"), str):
+            p = value["path"]
+            if not Path(p).expanduser().is_absolute():
+                value = {**value, "path": str((base / p).resolve())}
+            out[key] = value
         elif isinstance(value, dict):
             out[key] = _resolve_refs(value, base, seen)
         else:

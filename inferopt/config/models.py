@@ -1,6 +1,6 @@
 """The configuration models of inferopt: frozen pydantic models with `extra="forbid"`.
 
-The system under test (hf / fake engines and their knobs), the workload, SLOs, hardware, and a candidate
+The systems under test (`systems.py`, re-exported here), the workload, SLOs, hardware, and a candidate
 (a baseline system plus exactly the changes under test). `apply_changes` derives the candidate system.
 
 Deliberately not here: reading files (`loader.py`) or anything that loads a model, touches the network,
@@ -10,12 +10,9 @@ or measures (no side effects; the builtin-model check only lists the registry).
 from __future__ import annotations
 
 import difflib
-from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeFloat,
     PositiveFloat,
@@ -24,98 +21,19 @@ from pydantic import (
     model_validator,
 )
 
-BUILTIN_PREFIX = "builtin:"
-
-
-class ConfigError(ValueError):
-    """A config file is wrong; the message names the file, the field and the fix."""
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-# --------------------------------------------------------------------------- system under test
-
-
-class ModelSpec(Frozen):
-    """Where the weights come from: a local model directory (the same path a GPU deployment uses) or
-    `builtin:<name>`, a small model the project builds itself from `inferopt/model/builtin/<name>.yaml`."""
-
-    path: str = Field(description="model directory with config.json, or builtin:tiny-llama")
-    tokenizer: str | None = Field(default=None, description="tokenizer directory; defaults to `path`")
-    revision_note: str | None = None
-
-    @field_validator("path")
-    @classmethod
-    def _path_exists(cls, value: str) -> str:
-        if value.startswith(BUILTIN_PREFIX):
-            from inferopt.model.builtin import builtin_names  # local: keeps this module import-light
-
-            name = value[len(BUILTIN_PREFIX):]
-            if name not in builtin_names():
-                raise ValueError(
-                    f"unknown builtin model {name!r}; fix: use one of "
-                    + ", ".join(f"{BUILTIN_PREFIX}{n}" for n in builtin_names())
-                )
-            return value
-        p = Path(value).expanduser()
-        if not (p / "config.json").is_file():
-            raise ValueError(
-                f"model path {value!r} is not a model directory (no config.json there); fix: point it at a "
-                f"local directory saved with save_pretrained, or use {BUILTIN_PREFIX}tiny-llama"
-            )
-        return str(p)
-
-    @property
-    def is_builtin(self) -> bool:
-        return self.path.startswith(BUILTIN_PREFIX)
-
-
-class BatchingKnobs(Frozen):
-    """The scheduling knobs shared by the in-process engines (hf, fake)."""
-
-    policy: Literal["static"] = Field(default="static", description="static: a batch runs until its longest member ends (B1)")
-    max_batch_size: PositiveInt = 4
-    batch_wait_ms: NonNegativeFloat = Field(default=5.0, description="B4: wait this long to fill a batch")
-    max_queue: PositiveInt | None = Field(default=None, description="admission control: reject arrivals beyond this many waiting (None = unbounded)")
-
-
-class HFSystem(Frozen):
-    """Our in-process engine: a forward loop over transformers, with a queue and a batching policy."""
-
-    engine: Literal["hf"] = "hf"
-    name: str = "hf"
-    model: ModelSpec
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    attn_implementation: Literal["eager", "sdpa", "flex_attention", "flash_attention_2"] = "sdpa"
-    torch_threads: PositiveInt = 1
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
-    batching: BatchingKnobs = BatchingKnobs()
-    stop_at_eos: bool = True
-
-
-class FakeSystem(Frozen):
-    """Scripted per-phase delays (seconds scale with the knobs below) for fast tests above the engine."""
-
-    engine: Literal["fake"] = "fake"
-    name: str = "fake"
-    context_ms: NonNegativeFloat = 0.2
-    prefill_ms_per_token: NonNegativeFloat = 0.02
-    prefill_base_ms: NonNegativeFloat = 1.0
-    decode_step_ms: NonNegativeFloat = 2.0
-    decode_ms_per_seq: NonNegativeFloat = 0.1
-    jitter_cv: NonNegativeFloat = Field(default=0.0, description="lognormal noise on every delay (coefficient of variation)")
-    error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    cached_prefix_fraction: float = Field(default=0.0, ge=0.0, le=1.0, description="share of prefix-group requests whose prefix counts as cached")
-    vocab_size: PositiveInt = 288
-    eos_token_id: int = 2
-    seed: int = 0
-    batching: BatchingKnobs = BatchingKnobs()
-
-
-SystemConfig = Annotated[Union[HFSystem, FakeSystem], Field(discriminator="engine")]
-
+from inferopt.config.systems import (
+    BUILTIN_PREFIX,
+    AnySystem,
+    BatchingKnobs,
+    ConfigError,
+    FakeSystem,
+    Frozen,
+    HFSystem,
+    ModelSpec,
+    OpenAISystem,
+    SystemConfig,
+    VLLMSystem,
+)
 
 # --------------------------------------------------------------------------- workload
 
@@ -138,7 +56,7 @@ class ConstantArrivals(Frozen):
     rate_per_s: PositiveFloat
 
 
-ArrivalConfig = Annotated[Union[PoissonArrivals, GammaArrivals, ConstantArrivals], Field(discriminator="kind")]
+ArrivalConfig = Annotated[PoissonArrivals | GammaArrivals | ConstantArrivals, Field(discriminator="kind")]
 
 
 class LengthConfig(Frozen):
@@ -155,7 +73,7 @@ class LengthConfig(Frozen):
     output_max: PositiveInt = 128
 
     @model_validator(mode="after")
-    def _bounds(self) -> "LengthConfig":
+    def _bounds(self) -> LengthConfig:
         if self.input_min > self.input_max:
             raise ValueError("input_min must be <= input_max")
         if self.output_min > self.output_max:
@@ -178,15 +96,36 @@ class TenantConfig(Frozen):
     priority: int = Field(default=0, description="lower runs first (vLLM convention)")
 
 
+class TraceConfig(Frozen):
+    """Replay a recorded trace instead of synthesizing arrivals and lengths (see `inferopt.workload.trace`).
+    JSONL or CSV, one request per row: `timestamp` (s; absolute or relative, shifted to start at 0) and
+    `input_len`/`output_len` or `prompt` text; optional `tenant`, `priority`, `prefix_group`."""
+
+    path: str = Field(description="the trace file; relative paths resolve against the config file")
+    format: Literal["auto", "jsonl", "csv"] = "auto"
+    time_scale: PositiveFloat = Field(default=1.0, description="multiplies the gaps (0.5 = replay twice as fast)")
+    limit: PositiveInt | None = Field(default=None, description="replay only the first N rows")
+
+
 class WorkloadConfig(Frozen):
+    """Either synthetic (`arrival` + `lengths` + `prefix` + `tenants`) or a replayed `trace`."""
+
     name: str = "workload"
     seed: int = 0
     num_requests: PositiveInt = 64
-    arrival: ArrivalConfig
+    arrival: ArrivalConfig | None = None
+    trace: TraceConfig | None = None
     lengths: LengthConfig = LengthConfig()
     prefix: PrefixConfig = PrefixConfig()
     tenants: tuple[TenantConfig, ...] = (TenantConfig(name="default"),)
     timeout_s: PositiveFloat = Field(default=60.0, description="per-request client timeout")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "WorkloadConfig":
+        if (self.arrival is None) == (self.trace is None):
+            raise ValueError("give exactly one of `arrival` (synthetic workload) or `trace` (replay a file); fix: "
+                             "e.g. arrival: {kind: poisson, rate_per_s: 2}, or trace: {path: trace.jsonl}")
+        return self
 
     @field_validator("tenants")
     @classmethod
@@ -259,7 +198,7 @@ class AblationSettings(Frozen):
     max_repeats: PositiveInt | None = Field(default=None, description="sequential design: last look; unset = fixed design with `repeats`")
 
     @model_validator(mode="after")
-    def _design(self) -> "AblationSettings":
+    def _design(self) -> AblationSettings:
         if self.max_repeats is None:
             if self.min_repeats is not None:
                 raise ValueError("min_repeats only applies to sequential stopping; fix: set max_repeats too, or drop min_repeats")
@@ -332,7 +271,7 @@ class CandidateConfig(Frozen):
     gate: GateSettings = GateSettings()
 
     @model_validator(mode="after")
-    def _changes_apply(self) -> "CandidateConfig":
+    def _changes_apply(self) -> CandidateConfig:
         if not self.changes:
             raise ValueError("changes is empty: a candidate must change at least one baseline field")
         apply_changes(self.baseline, self.changes)  # raises with the offending path
@@ -340,11 +279,11 @@ class CandidateConfig(Frozen):
         return self
 
     @property
-    def candidate_system(self) -> HFSystem | FakeSystem:
+    def candidate_system(self) -> AnySystem:
         return apply_changes(self.baseline, self.changes)
 
 
-def apply_changes(system: HFSystem | FakeSystem, changes: dict[str, Any]) -> HFSystem | FakeSystem:
+def apply_changes(system: AnySystem, changes: dict[str, Any]) -> AnySystem:
     """Return `system` with each dotted path in `changes` set; every path must exist and change its value."""
     data = system.model_dump()
     for dotted, value in changes.items():
@@ -368,7 +307,7 @@ def apply_changes(system: HFSystem | FakeSystem, changes: dict[str, Any]) -> HFS
                 node = node[part]
     return type(system).model_validate(data)
 
-def changed_fields(a: HFSystem | FakeSystem, b: HFSystem | FakeSystem) -> dict[str, tuple[Any, Any]]:
+def changed_fields(a: AnySystem, b: AnySystem) -> dict[str, tuple[Any, Any]]:
     """Leaf fields (dotted paths) whose values differ between two systems: path -> (a's value, b's value)."""
     out: dict[str, tuple[Any, Any]] = {}
 
@@ -383,7 +322,7 @@ def changed_fields(a: HFSystem | FakeSystem, b: HFSystem | FakeSystem) -> dict[s
     return out
 
 
-def single_change_systems(system: HFSystem | FakeSystem, changes: dict[str, Any]) -> dict[str, HFSystem | FakeSystem]:
+def single_change_systems(system: AnySystem, changes: dict[str, Any]) -> dict[str, AnySystem]:
     """One system per change (change path -> the baseline with only that change), each checked to differ from
     the baseline in exactly one leaf field (SPEC A1: one variable at a time). Refused: overlapping paths
     (`batching` and `batching.max_batch_size`), and a change whose value moves several fields or none
@@ -394,7 +333,7 @@ def single_change_systems(system: HFSystem | FakeSystem, changes: dict[str, Any]
             if q.startswith(p + "."):
                 raise ValueError(f"changes.{p} and changes.{q} overlap: the first contains the second; fix: keep only "
                                  "the dotted leaf paths, one per variable")
-    out: dict[str, HFSystem | FakeSystem] = {}
+    out: dict[str, AnySystem] = {}
     for dotted, value in changes.items():
         one = apply_changes(system, {dotted: value})
         moved = changed_fields(system, one)
@@ -411,29 +350,33 @@ def single_change_systems(system: HFSystem | FakeSystem, changes: dict[str, Any]
 
 __all__ = [
     "BUILTIN_PREFIX",
-    "ConfigError",
-    "Frozen",
-    "ModelSpec",
-    "BatchingKnobs",
-    "HFSystem",
-    "FakeSystem",
-    "SystemConfig",
-    "PoissonArrivals",
-    "GammaArrivals",
-    "ConstantArrivals",
-    "ArrivalConfig",
-    "LengthConfig",
-    "PrefixConfig",
-    "TenantConfig",
-    "WorkloadConfig",
-    "SLOConfig",
-    "HardwareConfig",
-    "MeasureSettings",
     "AblationSettings",
-    "ScenarioConfig",
-    "ValidationSettings",
-    "GateSettings",
+    "AnySystem",
+    "ArrivalConfig",
+    "BatchingKnobs",
     "CandidateConfig",
+    "ConfigError",
+    "ConstantArrivals",
+    "FakeSystem",
+    "Frozen",
+    "GammaArrivals",
+    "GateSettings",
+    "HFSystem",
+    "HardwareConfig",
+    "LengthConfig",
+    "MeasureSettings",
+    "ModelSpec",
+    "OpenAISystem",
+    "PoissonArrivals",
+    "PrefixConfig",
+    "SLOConfig",
+    "ScenarioConfig",
+    "SystemConfig",
+    "TenantConfig",
+    "VLLMSystem",
+    "ValidationSettings",
+    "TraceConfig",
+    "WorkloadConfig",
     "apply_changes",
     "changed_fields",
     "single_change_systems",

@@ -3,12 +3,12 @@
 Engine modules are imported lazily inside `make_engine`, so `import inferopt.engines` does not import
 torch or transformers.
 
-Deliberately not here: engine logic (hf.py, fake.py) and scheduling policy (scheduler.py).
+Deliberately not here: engine logic (hf.py, fake.py, vllm.py, openai.py) and scheduling policy (scheduler.py).
 """
 
 from __future__ import annotations
 
-from inferopt.config import FakeSystem, HFSystem
+from inferopt.config import AnySystem, FakeSystem, HFSystem, OpenAISystem, VLLMSystem
 from inferopt.engines.base import (
     Engine,
     FinishEvent,
@@ -20,7 +20,7 @@ from inferopt.engines.base import (
 __all__ = ["Engine", "FinishEvent", "GenRequest", "RequestRejected", "TokenEvent", "make_engine"]
 
 
-def make_engine(system: HFSystem | FakeSystem) -> Engine:
+def make_engine(system: AnySystem) -> Engine:
     """A not-yet-started engine for `system` (dispatch on its pydantic type)."""
     if isinstance(system, HFSystem):
         from inferopt.engines.hf import HFEngine
@@ -30,4 +30,12 @@ def make_engine(system: HFSystem | FakeSystem) -> Engine:
         from inferopt.engines.fake import FakeEngine
 
         return FakeEngine(system)
-    raise TypeError(f"no engine for {type(system).__name__}; fix: pass an HFSystem or FakeSystem")
+    if isinstance(system, VLLMSystem):
+        from inferopt.engines.vllm import VLLMEngine
+
+        return VLLMEngine(system)
+    if isinstance(system, OpenAISystem):
+        from inferopt.engines.openai import OpenAIEngine
+
+        return OpenAIEngine(system)
+    raise TypeError(f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem")

