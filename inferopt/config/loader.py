@@ -150,7 +150,7 @@ def format_validation_error(exc: ValidationError, path: Path | str, model: type[
 def detect_kind(data: dict[str, Any]) -> str:
     if "baseline" in data or "changes" in data:
         return "candidate"
-    if "arrival" in data or "num_requests" in data:
+    if "arrival" in data or "trace" in data or "num_requests" in data:
         return "workload"
     if "ttft_p99_ms" in data or "tpot_p95_ms" in data:
         return "slo"

@@ -2,8 +2,12 @@
 
 `start() / stop() / stream(request) -> events / info() / server_metrics()`. `stream` yields `TokenEvent`s
 as tokens are produced and ends with exactly one `FinishEvent` carrying the engine's own timings
-(`ServerTimings`). Admission refusal is `RequestRejected`; anything else raised is an error outcome —
-the load runner turns both into records, never into exceptions out of the run.
+(`ServerTimings`). An engine whose transport can delay the send (HTTP: waiting for a pooled connection,
+a busy loop) may also yield one `SentEvent` saying when the request really left; without it the runner
+takes the time it called `stream` as the send time. An engine may also have `prepare(requests)`: the
+runner hands it every request before the clock starts (to encode payloads off the clock). Admission
+refusal is `RequestRejected`; anything else raised is an error outcome — the load runner turns both into
+records, never into exceptions out of the run.
 
 Deliberately not here: timing from the client side (the load runner owns that) and engine-specific knobs.
 """
@@ -34,6 +38,14 @@ class TokenEvent:
 
 
 @dataclass(frozen=True)
+class SentEvent:
+    """Optional, before any token: when the request actually left the client (HTTP: the request handed to
+    the socket). Yielded when known, which may be later than that moment — the value counts."""
+
+    sent_s: float
+
+
+@dataclass(frozen=True)
 class FinishEvent:
     server: ServerTimings = field(default_factory=ServerTimings)
 
@@ -48,7 +60,7 @@ class Engine(Protocol):
 
     async def stop(self) -> None: ...
 
-    def stream(self, request: GenRequest) -> AsyncIterator[TokenEvent | FinishEvent]: ...
+    def stream(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]: ...
 
     def info(self) -> dict[str, Any]: ...
 

@@ -11,12 +11,14 @@ Deliberately not here: metrics (`phases.py` derives them from the records) and H
 from __future__ import annotations
 
 import asyncio
+import gc
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from inferopt.engines.base import Engine, FinishEvent, GenRequest, RequestRejected, TokenEvent
+from inferopt.client.timer import make_timer
+from inferopt.engines.base import Engine, FinishEvent, GenRequest, RequestRejected, SentEvent, TokenEvent
 from inferopt.records import RecordSink, RequestRecord, now_s
 from inferopt.workload.build import prompt_token_ids
 
@@ -64,21 +66,34 @@ def materialize(table: pd.DataFrame, vocab_size: int, prompt_seed: int = 0) -> l
 
 async def send_one(engine: Engine, req: GenRequest, intended_s: float, timeout_s: float, tags: RunTags,
                    warmup: bool = False) -> RequestRecord:
-    """Send one request, collect its tokens; always returns a record, never raises."""
+    """Send one request, collect its tokens; always returns a record, never raises.
+
+    `sent_s` is the engine's `SentEvent` when it yields one (HTTP: the request handed to the socket),
+    else the moment `stream` was called. Each received chunk adds one `client_chunk_s`/`client_chunk_tokens`
+    entry and one `client_token_s` entry per token in it (all at the chunk's receive time).
+    """
     rec = RequestRecord(
         request_id=req.request_id, outcome="error", input_len=len(req.prompt_token_ids),
         target_output_len=req.max_new_tokens, tenant=req.tenant, priority=req.priority,
         prefix_group=req.prefix_group, intended_s=intended_s, run_tag=tags.run_tag, arm=tags.arm,
         trial=tags.trial, scenario=tags.scenario, warmup=warmup,
     )
+    chunk_s, chunk_tokens = rec.client_chunk_s, rec.client_chunk_tokens
+    token_s, token_ids = rec.client_token_s, rec.output_token_ids
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + max(0.0, intended_s + timeout_s - now_s())):
             rec.sent_s = now_s()
             async for event in engine.stream(req):
                 if isinstance(event, TokenEvent):
                     t = now_s()
-                    rec.client_token_s.extend([t] * len(event.token_ids))
-                    rec.output_token_ids.extend(event.token_ids)
+                    n = len(event.token_ids)
+                    if n:
+                        chunk_s.append(t)
+                        chunk_tokens.append(n)
+                        token_s.extend([t] * n)
+                        token_ids.extend(event.token_ids)
+                elif isinstance(event, SentEvent):
+                    rec.sent_s = event.sent_s
                 elif isinstance(event, FinishEvent):
                     rec.with_server(event.server)
         rec.outcome = "ok"
@@ -92,7 +107,7 @@ async def send_one(engine: Engine, req: GenRequest, intended_s: float, timeout_s
     except Exception as exc:  # noqa: BLE001 - every failure becomes a record
         rec.outcome, rec.error = "error", f"{type(exc).__name__}: {exc}"
     rec.client_done_s = now_s()
-    rec.output_len = len(rec.client_token_s)
+    rec.output_len = len(token_s)
     return rec
 
 
@@ -112,8 +127,18 @@ async def run_open_loop(
 
     Warm-up: the first `warmup_requests` prompts are sent one at a time before the clock starts; their
     records are kept (flag `warmup=True`) and excluded from metrics.
+
+    Send-time precision: sends are started by a timer callback (`inferopt.client.timer`: a timerfd,
+    ~0.1 ms and no spinning, where the OS has one; else the loop's timer, ~1 ms) that starts every request
+    that is due and re-arms itself for the next one. An engine with a `prepare(requests)` method
+    gets every request before the clock starts (HTTP engines encode their bodies there, as prompts are
+    built here). Objects alive before the clock starts are frozen out of the garbage collector's scans so
+    collections during the run stay short.
     """
     requests = materialize(table, vocab_size, prompt_seed)
+    prepare = getattr(engine, "prepare", None)
+    if prepare is not None:
+        prepare(requests)
     offsets = table["arrival_offset_s"].to_numpy(dtype=float)
     result = LoadResult(records=[], engine_info=engine.info())
     for i, req in enumerate(requests[:warmup_requests]):
@@ -133,21 +158,43 @@ async def run_open_loop(
     async def _timed(req: GenRequest, intended: float) -> None:
         _finish(await send_one(engine, req, intended, timeout_s, tags))
 
+    gc.collect()
+    gc.freeze()
     t0 = now_s() + lead_s
     result.start_s = t0
     tasks: list[asyncio.Task[None]] = []
+    intended_s = (t0 + offsets).tolist()
+    loop = asyncio.get_running_loop()
+    all_started: asyncio.Future[None] = loop.create_future()
+    timer = make_timer(loop)
+    nxt = 0
+
+    def _dispatch() -> None:
+        # start every request that is due, then wake up again for the next one
+        nonlocal nxt
+        try:
+            now = now_s()
+            while nxt < len(requests) and intended_s[nxt] <= now:
+                tasks.append(loop.create_task(_timed(requests[nxt], intended_s[nxt])))
+                nxt += 1
+            if nxt < len(requests):
+                timer.arm(intended_s[nxt], _dispatch)
+            elif not all_started.done():
+                all_started.set_result(None)
+        except BaseException as exc:  # noqa: BLE001 - surface it in the run instead of the loop's log
+            if not all_started.done():
+                all_started.set_exception(exc)
+
     try:
-        for req, off in zip(requests, offsets):
-            intended = t0 + float(off)
-            delay = intended - now_s()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_timed(req, intended)))
+        _dispatch()
+        await all_started
         await asyncio.gather(*tasks, return_exceptions=True)
     finally:
+        timer.close()
         for t in tasks:
             if not t.done():
                 t.cancel()
         result.end_s = now_s()
+        gc.unfreeze()
     result.server_metrics_after = await engine.server_metrics()
     return result

@@ -3,7 +3,9 @@ judge each against the SLOs, with reasons.
 
 Scenarios derive from the candidate's workload so the length mix, prefixes and tenants stay the
 production-like ones: `steady` keeps the arrival process (rate scaled), `burst` replaces it with gamma
-arrivals of the given burstiness (CV² of the gaps) at the same mean rate.
+arrivals of the given burstiness (CV² of the gaps) at the same mean rate. A replayed trace is scaled
+through its `time_scale` (rate × k = gaps ÷ k); its `burst` scenario keeps the trace's rows (lengths,
+tenants, prefixes) and re-times them with seeded gamma arrivals at the trace's mean rate × `rate_scale`.
 
 Deliberately not here: overload and node failure (they need a served engine with admission control and
 replicas) and fairness analysis.
@@ -14,13 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from inferopt.config import FakeSystem, GammaArrivals, HFSystem, ScenarioConfig, SLOConfig, WorkloadConfig
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
-from inferopt.workload.build import build_workload
+from inferopt.workload.arrivals import arrival_offsets_s
+from inferopt.workload.build import build_workload, workload_hash
 
 
 @dataclass
@@ -33,6 +37,14 @@ class ScenarioResult:
 
 
 def scenario_workload(base: WorkloadConfig, sc: ScenarioConfig) -> WorkloadConfig:
+    """The scenario's workload config (for a trace `burst`, `scenario_requests` also re-times the rows)."""
+    if base.trace is not None:
+        trace = base.trace.model_copy(update={
+            "time_scale": base.trace.time_scale / sc.rate_scale,
+            **({"limit": sc.num_requests} if sc.num_requests else {}),
+        })
+        return base.model_copy(update={"name": f"{base.name}-{sc.name}", "trace": trace,
+                                       "seed": base.seed + 1000 + len(sc.name)})
     rate = base.arrival.rate_per_s * sc.rate_scale
     if sc.kind == "burst":
         arrival = GammaArrivals(rate_per_s=rate, burstiness=sc.burstiness)
@@ -43,6 +55,22 @@ def scenario_workload(base: WorkloadConfig, sc: ScenarioConfig) -> WorkloadConfi
         "num_requests": sc.num_requests or base.num_requests,
         "seed": base.seed + 1000 + len(sc.name),  # a fresh draw, not the ablation's exact table
     })
+
+
+def scenario_requests(base: WorkloadConfig, sc: ScenarioConfig) -> pd.DataFrame:
+    """The request table a scenario replays (see the module docstring)."""
+    wl = scenario_workload(base, sc)
+    table = build_workload(wl)
+    if wl.trace is None or sc.kind != "burst" or len(table) < 2:
+        return table
+    span_s = float(table["arrival_offset_s"].iloc[-1])
+    if span_s <= 0:
+        return table
+    rate = (len(table) - 1) / span_s
+    rng = np.random.default_rng(np.random.SeedSequence(wl.seed).spawn(1)[0])
+    table["arrival_offset_s"] = arrival_offsets_s(GammaArrivals(rate_per_s=rate, burstiness=sc.burstiness), len(table), rng)
+    table.attrs["content_hash"] = workload_hash(table)
+    return table
 
 
 def check_slo(metrics: dict[str, float], slo: SLOConfig) -> tuple[bool, list[str]]:
@@ -75,7 +103,7 @@ def validate(system: HFSystem | FakeSystem, workload: WorkloadConfig, scenarios:
     results = []
     for sc in scenarios:
         wl = scenario_workload(workload, sc)
-        table = build_workload(wl)
+        table = scenario_requests(workload, sc)
         run = run_system(system, table, RunTags(run_tag=run_tag, arm=arm, scenario=sc.name),
                          timeout_s=wl.timeout_s, records_path=Path(out_dir) / "requests.jsonl",
                          warmup_requests=warmup_requests, prompt_seed=wl.seed)

@@ -1,6 +1,7 @@
 """A workload is a table: one row per request (arrival offset, lengths, prefix group, tenant, priority).
 
-The same `WorkloadConfig` always gives the same table (each sampler has its own seeded generator, derived
+A workload is synthetic (`arrival` + `lengths` + `prefix` + `tenants`) or a replayed trace (`trace`, read
+by `inferopt.workload.trace` into the same columns). The same `WorkloadConfig` always gives the same table (each sampler has its own seeded generator, derived
 from the workload seed), and the table carries a content hash so runs can prove they replayed the same
 load. Prompts are materialised separately (`prompt_token_ids`), deterministically from the table and
 the vocabulary, so one workload serves any tokenizer.
@@ -11,6 +12,7 @@ Deliberately not here: sending anything (the load runner does that).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,7 @@ import pandas as pd
 from inferopt.config import WorkloadConfig
 from inferopt.workload.arrivals import arrival_offsets_s
 from inferopt.workload.lengths import sample_lengths
+from inferopt.workload.trace import load_trace
 
 WORKLOAD_COLUMNS = (
     "request_id", "arrival_offset_s", "input_len", "output_len", "prefix_group", "prefix_len", "tenant", "priority",
@@ -28,8 +31,14 @@ def _child_rngs(seed: int, n: int) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
-def build_workload(cfg: WorkloadConfig, num_requests: int | None = None) -> pd.DataFrame:
-    """The request table for `cfg` (optionally with a different request count, same seeds)."""
+def build_workload(cfg: WorkloadConfig, num_requests: int | None = None,
+                   count_tokens: Callable[[str], int] | None = None) -> pd.DataFrame:
+    """The request table for `cfg` (optionally with a different request count, same seeds). A trace
+    workload is read from its file (`count_tokens` turns a row's prompt text into its length)."""
+    if cfg.trace is not None:
+        table = load_trace(cfg.trace, cfg, num_requests, count_tokens)
+        table.attrs["content_hash"] = workload_hash(table)
+        return table
     n = num_requests or cfg.num_requests
     rng_arrival, rng_len, rng_prefix, rng_tenant = _child_rngs(cfg.seed, 4)
     offsets = arrival_offsets_s(cfg.arrival, n, rng_arrival)

@@ -1,0 +1,259 @@
+"""The `openai` engine: any OpenAI-compatible streaming endpoint (vLLM, SGLang, TGI, a gateway) over HTTP.
+
+One `aiohttp.ClientSession` per started engine, its connection pool bounded by `system.max_connections`
+(requests beyond it wait for a free connection — that wait counts as client time, see `SentEvent`).
+Each request is one streamed POST to `/v1/completions` (or `/v1/chat/completions` with `api: chat`):
+the prompt as token ids, `max_tokens`, `stream_options: {include_usage, continuous_usage_stats}`,
+`priority` when the request has one (and `send_priority` is on), and header `X-Request-Id: <request_id>` — vLLM uses that header as
+its request id (`_base_request_id` in its OpenAI server; the engine-side id is `cmpl-<X-Request-Id>-<i>`,
+possibly with a suffix, so a join on server spans matches by prefix).
+
+Events: one `SentEvent` (the time the request body was handed to the socket, from aiohttp's trace
+hooks), then one `TokenEvent` per SSE chunk that carries tokens, then a `FinishEvent` with the
+finish reason (and `cached_tokens` when usage reports `prompt_tokens_details`). Token counts: the ids in
+a chunk's `token_ids` when the server returns them (vLLM with `return_token_ids`, via `extra_body`),
+else the delta of `usage.completion_tokens` (continuous usage: a chunk may hold several tokens; ids are
+placeholders, -1), else — a server without continuous usage — one token per non-empty text chunk, and
+any surplus the final usage reports arrives as one last event.
+
+Outcomes: HTTP 429/503, or an SSE `{"error": {"code": 429|503}}` event inside a 200 stream (vLLM's
+`--max-num-queued-reqs` on streaming requests) -> `RequestRejected`. Other HTTP errors, other error
+events, a connection lost mid-stream or a stream that ends without `[DONE]` or a finish reason ->
+`OpenAIStreamError` with the reason. Timeouts belong to the load runner (it cancels; the connection is
+dropped, not reused).
+
+With `api: chat` the prompt has to be text: each id is sent as one word `w<id>`, so the server's
+prompt length only approximates `input_len` — prefer `completions`.
+
+Deliberately not here: launching a server (`inferopt.engines.vllm`), output-length forcing
+(`ignore_eos`/`min_tokens` are refused: fixed output lengths are a benchmark cheat, V4) and the
+server-side phase join (server spans and `/metrics` are the vLLM engine's business).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from inferopt.client.prometheus import scrape
+from inferopt.client.sse import SSEParser
+from inferopt.config import OpenAISystem
+from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, SentEvent, TokenEvent
+from inferopt.records import ServerTimings, now_s
+
+REJECT_CODES = frozenset({429, 503})
+FORBIDDEN_BODY_KEYS = frozenset({"ignore_eos", "min_tokens"})
+_ERROR_BODY_CHARS = 500
+IDLE_CONNECTION_S = 4.0
+
+
+class OpenAIStreamError(RuntimeError):
+    """The request failed (HTTP error, an error event, a broken stream): outcome `error`."""
+
+
+async def _on_sent(_session: object, ctx: Any, _params: object) -> None:
+    # headers (then each body chunk) about to be written: the last call is the moment the request left
+    holder = ctx.trace_request_ctx
+    if holder is not None:
+        holder[0] = now_s()
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _error_of(obj: dict[str, Any]) -> tuple[int | None, str] | None:
+    """(code, message) if this SSE payload is an error event (vLLM nests it under `error`)."""
+    err = obj.get("error")
+    if isinstance(err, dict):
+        code = err.get("code")
+        return (int(code) if isinstance(code, int | str) and str(code).isdigit() else None,
+                str(err.get("message") or err))
+    if obj.get("object") == "error":
+        code = obj.get("code")
+        return (int(code) if isinstance(code, int | str) and str(code).isdigit() else None, str(obj.get("message") or obj))
+    if isinstance(err, str):
+        return None, err
+    return None
+
+
+class OpenAIEngine:
+    """Streams requests to an OpenAI-compatible server (see module docstring)."""
+
+    def __init__(self, system: OpenAISystem, *, extra_body: dict[str, Any] | None = None) -> None:
+        bad = FORBIDDEN_BODY_KEYS & set(extra_body or {})
+        if bad:
+            raise ValueError(f"extra_body sets {sorted(bad)}: forcing output lengths is a benchmark cheat (SPEC V4); "
+                             "fix: remove them and let the model stop where it stops")
+        self.system = system
+        self.extra_body = dict(extra_body or {})
+        self.chat = system.api == "chat"
+        self.url = f"{system.base_url}/v1/{'chat/completions' if self.chat else 'completions'}"
+        self.metrics_url: str | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._bodies: dict[str, bytes] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(_on_sent)
+        trace.on_request_chunk_sent.append(_on_sent)
+        self._session = aiohttp.ClientSession(
+            # idle connections are dropped before a server would (uvicorn, vLLM's server, closes them after
+            # 5 s): reusing one the server just closed would turn into a spurious error record
+            connector=aiohttp.TCPConnector(limit=self.system.max_connections, limit_per_host=0,
+                                           keepalive_timeout=IDLE_CONNECTION_S),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30.0),
+            headers=self.system.headers, trace_configs=[trace], raise_for_status=False,
+        )
+        try:
+            await self._probe()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _probe(self) -> None:
+        """Fail start() early when nothing answers at base_url; find the /metrics endpoint."""
+        assert self._session is not None
+        try:
+            async with self._session.get(f"{self.system.base_url}/v1/models",
+                                         timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ConnectionError(f"no OpenAI-compatible server answers at {self.system.base_url} "
+                                  f"({type(exc).__name__}: {exc}); fix: start it, or correct base_url") from exc
+        url = self.system.metrics_url or f"{self.system.base_url}/metrics"
+        try:
+            await scrape(self._session, url, timeout_s=10.0)
+            self.metrics_url = url
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            if self.system.metrics_url:
+                raise ConnectionError(f"metrics_url {url} does not serve Prometheus metrics "
+                                      f"({type(exc).__name__}: {exc}); fix: correct it or remove it") from exc
+            self.metrics_url = None
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def info(self) -> dict[str, Any]:
+        sysd = self.system.model_dump()
+        sysd["headers"] = {k: "<set>" for k in self.system.headers}  # never log credentials
+        return {"engine": "openai", **sysd, "url": self.url, "metrics_url": self.metrics_url,
+                "extra_body": self.extra_body, "client": f"aiohttp {aiohttp.__version__}"}
+
+    async def server_metrics(self) -> dict[str, float]:
+        """The server's Prometheus metrics as a flat dict; {} without a metrics endpoint or if it fails."""
+        if self._session is None or self.metrics_url is None:
+            return {}
+        try:
+            return await scrape(self._session, self.metrics_url)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return {}
+
+    # ------------------------------------------------------------------ one request
+
+    def prepare(self, requests: list[GenRequest]) -> None:
+        """Encode the request bodies before the clock starts (the runner calls this; a request it did not
+        see is encoded when sent)."""
+        self._bodies = {r.request_id: self._body(r) for r in requests}
+
+    def _body(self, req: GenRequest) -> bytes:
+        body: dict[str, Any] = {
+            "model": self.system.served_model,
+            "max_tokens": req.max_new_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": " ".join(f"w{i}" for i in req.prompt_token_ids)}]
+        else:
+            body["prompt"] = req.prompt_token_ids
+        if req.priority and self.system.send_priority:
+            body["priority"] = req.priority
+        body.update(self.extra_body)
+        return _dumps(body)
+
+    async def stream(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+        if self._session is None:
+            raise RuntimeError("OpenAIEngine.stream() before start(); fix: await engine.start() first")
+        sent = [0.0]
+        body = self._bodies.pop(request.request_id, None) or self._body(request)
+        headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
+        async with self._session.post(self.url, data=body, headers=headers,
+                                      trace_request_ctx=sent) as resp:
+            yield SentEvent(sent[0] or now_s())
+            if resp.status != 200:
+                text = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
+                if resp.status in REJECT_CODES:
+                    raise RequestRejected(f"HTTP {resp.status}: {text}")
+                hint = ("; fix: start the server with --scheduling-policy priority, or set send_priority: false"
+                        if "priority" in text.lower() else "")
+                raise OpenAIStreamError(f"HTTP {resp.status} from {self.url}: {text}{hint}")
+            async for event in self._events(resp, request):
+                yield event
+
+    async def _events(self, resp: aiohttp.ClientResponse, request: GenRequest) -> AsyncIterator[TokenEvent | FinishEvent]:
+        parser = SSEParser()
+        counted = 0              # tokens yielded so far
+        usage_total: int | None = None
+        finish_reason: str | None = None
+        cached = 0
+        done = False
+        chat = self.chat
+        try:
+            async for data in resp.content.iter_any():
+                for ev in parser.feed(data):
+                    if done:
+                        continue   # nothing counts after [DONE]; read on to EOF so the connection is reused
+                    if ev.is_done:
+                        done = True
+                        continue
+                    try:
+                        obj = json.loads(ev.data)
+                    except json.JSONDecodeError as exc:
+                        raise OpenAIStreamError(f"undecodable SSE data after {counted} tokens: {ev.data[:200]!r}") from exc
+                    err = _error_of(obj)
+                    if err is not None:
+                        code, message = err
+                        if code in REJECT_CODES:
+                            raise RequestRejected(f"error event in the stream (code {code}): {message}")
+                        raise OpenAIStreamError(f"error event in the stream after {counted} tokens (code {code}): {message}")
+                    ids: list[int] | None = None
+                    text = False
+                    for ch in obj.get("choices") or ():
+                        tids = ch.get("token_ids")
+                        if tids:
+                            ids = tids if ids is None else ids + tids
+                        fr = ch.get("finish_reason")
+                        if fr:
+                            finish_reason = fr
+                        piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
+                        text = text or bool(piece)
+                    usage = obj.get("usage")
+                    if usage:
+                        usage_total = usage.get("completion_tokens", usage_total)
+                        details = usage.get("prompt_tokens_details") or {}
+                        cached = int(details.get("cached_tokens") or cached)
+                    if ids:
+                        counted += len(ids)
+                        yield TokenEvent(tuple(ids))
+                    elif usage_total is not None and usage_total > counted:
+                        n, counted = usage_total - counted, usage_total
+                        yield TokenEvent((-1,) * n)
+                    elif text and usage is None:
+                        counted += 1   # a server without continuous usage: one token per text chunk
+                        yield TokenEvent((-1,))
+        except aiohttp.ClientPayloadError as exc:
+            raise OpenAIStreamError(f"connection lost mid-stream after {counted} tokens: {exc}") from exc
+        except aiohttp.ClientConnectionError as exc:
+            raise OpenAIStreamError(f"connection lost mid-stream after {counted} tokens: {type(exc).__name__}: {exc}") from exc
+        if not done and finish_reason is None:
+            raise OpenAIStreamError(f"the stream ended without [DONE] or a finish reason after {counted} tokens "
+                                    "(server closed the connection mid-stream)")
+        yield FinishEvent(ServerTimings(finish_reason=finish_reason, cached_tokens=cached))
