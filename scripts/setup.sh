@@ -16,5 +16,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
   touch "$stamp"
 fi
+bash scripts/setup_vllm.sh  # the vllm engine's own venv (.venv-vllm); INFEROPT_SKIP_VLLM=1 skips it
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 .venv/bin/python -m inferopt.model.build --name tiny-llama --quiet

@@ -67,6 +67,10 @@ def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame
     gaps_ms = _ms(df["client_last_token_s"], df["client_first_token_s"])
     out["tpot_ms"] = np.where(n > 1, gaps_ms / (n - 1).where(n > 1, 1), np.nan)
     out["decode_ms"] = _ms(df["last_token_s"], df["first_token_s"])
+    # a server timeline with only the first token's time (a span join: `inferopt.measure.join`) while the
+    # client got more tokens: decode runs from the first token to the server's done time, not zero
+    span_only = (pd.to_numeric(df["last_token_s"]) == pd.to_numeric(df["first_token_s"])) & (n > 1) & df["done_s"].notna()
+    out["decode_ms"] = out["decode_ms"].where(~span_only, _ms(df["done_s"], df["first_token_s"]))
     out["e2e_ms"] = _ms(df["client_done_s"], df["intended_s"])
     out["external_ms"] = pd.to_numeric(df["external_s"]) * 1000.0
     parts = out[["send_lag_ms", "queue_ms", "context_ms", "prefill_ms", "first_ms"]].sum(axis=1, min_count=5)

@@ -6,6 +6,14 @@ error text, so the caller can mark that arm failed and carry on. The run says wh
 "start" = the engine could not be built or started, e.g. an ImportError for a GPU-only kernel; "run" = during
 the load) and the exception's class names (`error_type`), so a caller can tell "cannot run here" from a crash.
 
+The phase join happens here, between the replay and the engine stop: an engine with per-request server
+timings that arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's OpenTelemetry spans) is
+asked for them, the records get their server fields (`inferopt.measure.join`), and the records file is
+rewritten atomically with the joined records (the streamed JSONL keeps the client-side records if the run
+dies first). An engine with only Prometheus histograms gets an aggregate join instead (`MeasuredRun.
+aggregate_join`: per-run server means beside client means, labelled as such). `MeasuredRun.join` says
+which happened and how many requests were joined.
+
 Deliberately not here: deciding what to run (steps do) and tracking (tasks/ log what comes back).
 """
 
@@ -21,6 +29,12 @@ import pandas as pd
 
 from inferopt.config import AnySystem, FakeSystem, OpenAISystem
 from inferopt.engines import make_engine
+from inferopt.measure.join import (
+    aggregate_join,
+    clock_offset_s,
+    join_server_timings,
+    rewrite_records,
+)
 from inferopt.measure.phases import phase_table
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
 from inferopt.records import RecordSink, RequestRecord
@@ -39,6 +53,8 @@ class MeasuredRun:
     error: str | None = None
     failed_at: str | None = None        # "start" (building or starting the engine) | "run" (replaying the load)
     error_type: str | None = None       # the exception's class and its bases, e.g. "ModuleNotFoundError,ImportError"
+    join: dict[str, Any] = field(default_factory=dict)   # how server timings were joined (see module doc)
+    aggregate_join: pd.DataFrame = field(default_factory=pd.DataFrame)  # per-run means when no per-request join
 
 
 class _StartFailed(Exception):
@@ -55,16 +71,45 @@ def vocab_size_of(system: AnySystem) -> int:
     return int(json.loads((resolve_model_dir(system.model) / "config.json").read_text())["vocab_size"])
 
 
+async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
+    """Per-request server timings from an engine that reports them after the stream; records replaced
+    in `result` (warm-ups too). Returns the join's summary."""
+    if not hasattr(engine, "server_timings"):
+        return {"kind": "none"}
+    offset_before = result.engine_info.get("_clock_offset_s")
+    records = result.warmup_records + result.records
+    ids = [r.request_id for r in records if r.outcome == "ok"]
+    try:
+        timings = await engine.server_timings(ids)
+    except Exception as exc:  # noqa: BLE001 - a failed join leaves the client-side records, says why
+        return {"kind": "per_request", "error": f"{type(exc).__name__}: {exc}", "n_ok": len(ids), "n_joined": 0}
+    joined = join_server_timings(records, timings)
+    nw = len(result.warmup_records)
+    result.warmup_records, result.records = joined[:nw], joined[nw:]
+    offset_after = clock_offset_s()
+    out: dict[str, Any] = {"kind": "per_request", "source": "spans", "n_ok": len(ids),
+                           "n_joined": sum(1 for r in ids if r in timings),
+                           "missing": [r for r in ids if r not in timings][:20]}
+    if offset_before is not None:
+        out["clock_drift_ms"] = 1000.0 * (offset_after - offset_before)
+    return out
+
+
 async def _run(system: AnySystem, table: pd.DataFrame, tags: RunTags, sink: RecordSink | None,
-               timeout_s: float, warmup: int, prompt_seed: int) -> LoadResult:
+               timeout_s: float, warmup: int, prompt_seed: int) -> tuple[LoadResult, dict[str, Any]]:
     try:
         engine = make_engine(system)
         await engine.start()
     except Exception as exc:  # re-raised, marked as a start failure
         raise _StartFailed() from exc
     try:
-        return await run_open_loop(engine, table, vocab_size=vocab_size_of(system), timeout_s=timeout_s, tags=tags,
-                                   sink=sink, prompt_seed=prompt_seed, warmup_requests=warmup)
+        offset_before = clock_offset_s()
+        result = await run_open_loop(engine, table, vocab_size=vocab_size_of(system), timeout_s=timeout_s, tags=tags,
+                                     sink=sink, prompt_seed=prompt_seed, warmup_requests=warmup)
+        result.engine_info = {**result.engine_info, **engine.info(), "_clock_offset_s": offset_before}
+        join = await _join(engine, result)
+        result.engine_info.pop("_clock_offset_s", None)
+        return result, join
     finally:
         await engine.stop()
 
@@ -74,7 +119,7 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
     """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error."""
     sink = RecordSink(records_path) if records_path else None
     try:
-        result = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed))
+        result, join = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed))
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
         stage = "run"
         if isinstance(exc, _StartFailed) and exc.__cause__ is not None:
@@ -86,9 +131,23 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
     finally:
         if sink:
             sink.close()
+    if join.get("kind") == "per_request" and records_path:
+        rewrite_records(records_path, result.warmup_records + result.records)
     delta = {k: result.server_metrics_after.get(k, 0.0) - result.server_metrics_before.get(k, 0.0)
              for k in result.server_metrics_after}
+    phases = phase_table(result.records)
+    agg = pd.DataFrame()
+    if join.get("kind") == "none" and delta:
+        from inferopt.engines.vllm import vllm_metrics
+
+        flat = vllm_metrics(delta) if any(k.startswith("vllm:") for k in delta) else delta
+        agg = aggregate_join(phases, flat)
+        if agg["server_count"].sum() > 0:
+            join = {"kind": "aggregate", "source": "prometheus histograms (per-run means, not per request)"}
+        else:
+            agg = pd.DataFrame()
     return MeasuredRun(
-        tags=tags, records=result.records, phases=phase_table(result.records), duration_s=result.duration_s,
+        tags=tags, records=result.records, phases=phases, duration_s=result.duration_s,
         engine_info=result.engine_info, server_metrics=delta, warmup_declared=len(result.warmup_records),
+        join=join, aggregate_join=agg,
     )
