@@ -5,7 +5,9 @@
     prefect deployment run optimize/candidate -p candidate=configs/candidates/sdpa.yaml --watch
 
 measure -> locate -> choose -> ablate -> validate -> gate -> verdict. The config is validated before any
-model loads; every step is a Prefect task wrapping a pure function of `inferopt`.
+model loads, and so are the benchmark cheats a config shows (SPEC V4, `inferopt.lint`): a refused config
+stops like a config error unless `lint.allow` opts in, which is recorded and flags the verdict. Every step is
+a Prefect task wrapping a pure function of `inferopt`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the op profile in locate: no U
 from prefect import flow, task  # noqa: E402
 
 from inferopt.config import CandidateConfig, load_config  # noqa: E402
+from inferopt.lint import CheatRefused, refuse_cheats  # noqa: E402
 from tasks.ablate import ablate_task  # noqa: E402
 from tasks.gate import gate_task  # noqa: E402
 from tasks.locate import choose_task, locate_task  # noqa: E402
@@ -38,7 +41,9 @@ DEFAULT_CANDIDATE = "configs/candidates/batching.yaml"
 
 @task(name="load-config")
 def load_candidate(candidate: str, overrides: dict[str, Any] | None = None) -> CandidateConfig:
-    return load_config(candidate, kind="candidate", **(overrides or {}))
+    cfg = load_config(candidate, kind="candidate", **(overrides or {}))
+    refuse_cheats(cfg)  # SPEC V4: raises CheatRefused (a ConfigError) before any model loads
+    return cfg
 
 
 @flow(name="optimize", log_prints=False, validate_parameters=True)  # step progress to stdout
@@ -55,6 +60,8 @@ def optimize(candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | Non
                         "slo": cfg.slo.model_dump(mode="json"), "hardware": cfg.hardware.name,
                         "baseline": cfg.baseline.model_dump(mode="json")})
         tracker.json(cfg.model_dump(mode="json"), "candidate.resolved.json")
+        if cfg.lint.allow:  # the documented override of the cheat lint: on the run from the start
+            tracker.tags({"inferopt.lint.allow": ",".join(cfg.lint.allow), "inferopt.lint.allow_reason": cfg.lint.reason})
         tracker.file(candidate)
         measured = measure_task(cfg, tracker)
         located = locate_task(cfg, measured, tracker)
@@ -95,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     from inferopt.config import ConfigError
 
     try:
-        load_config(args.candidate, kind="candidate", **overrides)
+        refuse_cheats(load_config(args.candidate, kind="candidate", **overrides))
+    except CheatRefused as exc:
+        print(f"{args.candidate}: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""Prefect task for the final verdict: combine the six steps' evidence, log verdict.json, tag the parent."""
+"""Prefect task for the final verdict: combine the six steps' evidence and the benchmark-cheat lint (SPEC V4),
+log verdict.json and lint.json, tag the parent."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from inferopt.ablation.run import AblationResult
 from inferopt.analysis.locate_step import LocateResult
 from inferopt.analysis.remedies import Choice
 from inferopt.config import CandidateConfig
+from inferopt.lint import lint_summary
+from inferopt.lint.collect import lint_run
 from inferopt.measure.step import MeasureResult
 from inferopt.quality.gate import GateResult
 from inferopt.validation.scenarios import ScenarioResult
@@ -30,13 +33,25 @@ def verdict_task(candidate: CandidateConfig, measured: MeasureResult, located: L
         "gate": {"quality": gate.quality_status, "cost": gate.cost_status,
                  "cost_table": gate.cost.to_dict("records") if gate.cost is not None else []},
     }
+    logged = logged_arms(tracker)
+    findings = lint_run(candidate, measured=measured, ablation=ablation, scenarios=scenarios, cost=gate.cost,
+                        logged_arms=logged)
+    lint = {**lint_summary(findings), "logged_arms": logged, "allow": list(candidate.lint.allow),
+            "allow_reason": candidate.lint.reason}
+    tracker.json(lint, "lint.json")
+    tracker.tags({"inferopt.lint": lint["status"],
+                  **{f"inferopt.lint.{sev}": ",".join(c) for sev, c in lint["cheats"].items() if c}})
+    tracker.metrics({f"lint.{sev}": float(n) for sev, n in lint["counts"].items()})
+    for f in findings:
+        if f.severity != "note":
+            print(f"[lint] {f}")
     verdict = decide(
         ablation_verdict=arm["verdict"], ablation_reasons=arm["reasons"],
         scenarios_passed={s.scenario.name: s.passed for s in scenarios},
         scenario_reasons={s.scenario.name: s.reasons for s in scenarios},
         quality_status=gate.quality_status, quality_required=gate.quality_required, quality_reasons=gate.quality_reasons,
         cost_status=gate.cost_status, cost_reasons=gate.cost_reasons,
-        locate_cause=located.verdict.cause, choice_warning=choice.warning, evidence=evidence,
+        locate_cause=located.verdict.cause, choice_warning=choice.warning, evidence=evidence, lint=findings,
     )
     tracker.json(verdict.to_dict(), "verdict.json")
     # the parent run's metrics: the baseline as measured, the candidate/baseline ratios, the scenarios
@@ -50,3 +65,16 @@ def verdict_task(candidate: CandidateConfig, measured: MeasureResult, located: L
     tracker.tags({"inferopt.verdict": verdict.decision, "inferopt.cause": located.verdict.cause,
                   "inferopt.arm_verdict": arm["verdict"]})
     return verdict
+
+
+def logged_arms(tracker: Tracker) -> list[str] | None:
+    """The ablation arms logged as child runs of this flow run (tag `inferopt.arm`), read back from the tracking
+    server: what was logged, not what the flow meant to log. None when the server cannot be read."""
+    try:
+        runs = tracker.client.search_runs([tracker.experiment_id],
+                                          filter_string=f"tags.mlflow.parentRunId = '{tracker.parent_run_id}'",
+                                          max_results=1000)
+    except Exception:  # noqa: BLE001 - the lint then compares the plan with the returned result only
+        return None
+    return sorted({r.data.tags["inferopt.arm"] for r in runs
+                   if r.data.tags.get("inferopt.step") == "ablate" and "inferopt.arm" in r.data.tags})

@@ -16,7 +16,9 @@ STEPS = {"1-measure", "2-locate", "3-choose", "4-ablate", "5-validate", "6-gate"
 def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Path, monkeypatch) -> None:
     from flows.optimize import optimize
 
-    result = optimize(candidate="configs/candidates/fake-batching.yaml", experiment="test-flow")
+    # an opt-in override of the cheat lint (SPEC V4) that has nothing to excuse here: recorded, changes no finding
+    allow = {"lint.allow": ["no_queueing"], "lint.reason": "test: the override is recorded"}
+    result = optimize(candidate="configs/candidates/fake-batching.yaml", overrides=allow, experiment="test-flow")
     assert result["decision"] in {"accept", "reject", "inconclusive"}
     assert result["reasons"] and result["reasons"][0].split()[0] in {"ACCEPT:", "REJECT", "INCONCLUSIVE"}
 
@@ -34,7 +36,12 @@ def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Pa
     assert {"effects.parquet", "looks.parquet", "stopping.json", "interactions.parquet"} <= ablate_files
     assert by_name["arm-aa"].data.tags["inferopt.arm_role"] == "aa"
     assert by_name["arm-aa"].data.tags["inferopt.arm_verdict"] in {"no detectable change", "improves", "regresses"}
-    assert "verdict.json" in {a.path for a in client.list_artifacts(result["run_id"])}
+    assert {"verdict.json", "lint.json"} <= {a.path for a in client.list_artifacts(result["run_id"])}
+    # SPEC V4: the cheat lint ran on every artifact; the fake candidate is clean (the fake engine is only a note)
+    assert parent.data.tags["inferopt.lint"] == "clean"
+    assert parent.data.metrics["lint.refuse"] == 0 and parent.data.metrics["lint.flag"] == 0
+    assert parent.data.tags["inferopt.lint.allow"] == "no_queueing"
+    assert parent.data.tags["inferopt.lint.allow_reason"] == "test: the override is recorded"
     # params are the resolved configs; per-trial metrics on the arm runs
     assert by_name["arm-candidate"].data.params["system.batching.max_batch_size"] == "8"
     history = client.get_metric_history(by_name["arm-candidate"].info.run_id, "ttft_ms_p99")
@@ -43,6 +50,10 @@ def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Pa
     mirror = in_repo / result["run_id"]
     verdict = json.loads((mirror / "verdict.json").read_text())
     assert verdict["decision"] == result["decision"]
+    lint = json.loads((mirror / "lint.json").read_text())
+    assert [(f["cheat"], f["severity"]) for f in lint["findings"]] == [("fixed_outputs", "note")]
+    assert set(lint["logged_arms"]) == {n.removeprefix("arm-") for n in STEPS if n.startswith("arm-")}
+    assert verdict["lint"] == lint["findings"] and any(r.startswith("lint (V4") for r in verdict["reasons"])
     assert (mirror / "1-measure" / "requests.parquet").is_file()
     import pandas as pd
 
@@ -59,3 +70,23 @@ def test_flow_rejects_bad_config_before_work(mlflow_uri, in_repo: Path, tmp_path
     assert main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert "ablation.repeats" in err and str(bad) in err
+
+
+def test_flow_refuses_a_benchmark_cheat_before_work(prefect_harness, mlflow_uri, in_repo: Path, capsys) -> None:
+    """SPEC V4: a single-request workload is refused like a config error, before any MLflow run or model;
+    the CLI exits 2 naming the cheat and the fix."""
+    import pytest
+    from mlflow.tracking import MlflowClient
+
+    from flows.optimize import main, optimize
+    from inferopt.lint import CheatRefused
+
+    experiment = "test-flow-refused"
+    with pytest.raises(CheatRefused, match="no_queueing"):
+        optimize(candidate="configs/candidates/fake-batching.yaml", overrides={"workload.num_requests": 1},
+                 experiment=experiment)
+    exp = MlflowClient(tracking_uri=mlflow_uri).get_experiment_by_name(experiment)
+    assert exp is None or not MlflowClient(tracking_uri=mlflow_uri).search_runs([exp.experiment_id])
+    assert main(["configs/candidates/fake-batching.yaml", "--set", "workload.lengths.output_sigma=0"]) == 2
+    err = capsys.readouterr().err
+    assert "fixed_outputs" in err and "fix:" in err and "lint.allow" in err

@@ -1,0 +1,41 @@
+"""The benchmark-cheat lint (SPEC V4): pure checks over a run's artifacts that refuse a run or flag its verdict.
+
+`cheats.py` holds the checks and `Finding`; `collect.py` turns the six steps' results into what the checks read.
+Imports neither Prefect nor MLflow.
+"""
+
+from inferopt.lint.cheats import (
+    ALLOWABLE,
+    CHEATS,
+    CheatRefused,
+    Finding,
+    RunEvidence,
+    apply_allow,
+    check_arms,
+    check_config,
+    check_cost,
+    check_denominators,
+    check_outputs,
+    check_queueing,
+    check_warm_cache,
+    lint_summary,
+    refuse_cheats,
+)
+
+__all__ = [
+    "ALLOWABLE",
+    "CHEATS",
+    "CheatRefused",
+    "Finding",
+    "RunEvidence",
+    "apply_allow",
+    "check_arms",
+    "check_config",
+    "check_cost",
+    "check_denominators",
+    "check_outputs",
+    "check_queueing",
+    "check_warm_cache",
+    "lint_summary",
+    "refuse_cheats",
+]
