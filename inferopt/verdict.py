@@ -6,13 +6,26 @@ regressing arm, an SLO failure, a failed gate) rejects. Anything else — no det
 check that was required — is inconclusive. A locate/choose mismatch never decides alone but is always
 reported.
 
+Benchmark cheats (SPEC V4, `inferopt.lint`): every finding is reported. A `refuse` finding found after the run
+makes the decision at best inconclusive (the evidence cannot be trusted, so it can neither accept nor, on
+its own, reject); a `flag` is a warning; a `note` is a reason line that decides nothing.
+
 Deliberately not here: computing any of the evidence; this is a pure function of the steps' outputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+
+class LintFinding(Protocol):
+    """What `decide` reads of an `inferopt.lint.Finding`."""
+
+    cheat: str
+    severity: str
+    message: str
 
 
 @dataclass
@@ -21,6 +34,7 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
+    lint: list[dict[str, Any]] = field(default_factory=list)   # the cheat-lint findings (SPEC V4)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -29,11 +43,15 @@ class Verdict:
 def decide(*, ablation_verdict: str, ablation_reasons: list[str], scenarios_passed: dict[str, bool],
            scenario_reasons: dict[str, list[str]], quality_status: str, quality_required: bool,
            quality_reasons: list[str], cost_status: str, cost_reasons: list[str],
-           locate_cause: str, choice_warning: str | None, evidence: dict[str, Any] | None = None) -> Verdict:
+           locate_cause: str, choice_warning: str | None, evidence: dict[str, Any] | None = None,
+           lint: Sequence[LintFinding] = ()) -> Verdict:
     rejects, inconclusive, reasons, warnings = [], [], [], []
     reasons.append(f"locate: dominant cause '{locate_cause}'")
     if choice_warning:
         warnings.append(choice_warning)
+    lint_reasons, lint_warnings, lint_inconclusive = _lint_lines(lint)
+    warnings += lint_warnings
+    inconclusive += lint_inconclusive
 
     reasons.append(f"ablate: candidate {ablation_verdict}")
     reasons += [f"  {r}" for r in ablation_reasons]
@@ -56,12 +74,16 @@ def decide(*, ablation_verdict: str, ablation_reasons: list[str], scenarios_pass
         rejects.append("quality gate failed")
     elif quality_status == "skipped" and quality_required:
         inconclusive.append("quality gate required but skipped")
+    elif quality_status == "inconclusive":
+        inconclusive.append("quality: some slice's interval straddles the margin (more documents needed to tell)")
     reasons.append(f"gate cost: {cost_status}")
     reasons += [f"  {r}" for r in cost_reasons]
     if cost_status == "fail":
-        rejects.append("cost per successful request is worse")
+        rejects.append("cost per successful task is worse")
     elif cost_status == "skipped":
         inconclusive.append("cost not measured")
+
+    reasons += lint_reasons
 
     if rejects:
         decision = "reject"
@@ -72,4 +94,26 @@ def decide(*, ablation_verdict: str, ablation_reasons: list[str], scenarios_pass
     else:
         decision = "accept"
         reasons.insert(0, "ACCEPT: improves its targets beyond noise, meets every SLO scenario, passes quality and cost")
-    return Verdict(decision=decision, reasons=reasons, warnings=warnings, evidence=evidence or {})
+    return Verdict(decision=decision, reasons=reasons, warnings=warnings, evidence=evidence or {},
+                   lint=[_finding_dict(f) for f in lint])
+
+
+def _finding_dict(f: LintFinding) -> dict[str, Any]:
+    return {"cheat": f.cheat, "severity": f.severity, "message": f.message, "evidence": getattr(f, "evidence", {})}
+
+
+def _lint_lines(lint: Sequence[LintFinding]) -> tuple[list[str], list[str], list[str]]:
+    """(reason lines, warnings, inconclusive causes) for the cheat-lint findings (SPEC V4)."""
+    by = {s: [f for f in lint if f.severity == s] for s in ("refuse", "flag", "note")}
+    if by["refuse"] or by["flag"]:
+        head = "lint (V4 benchmark cheats): " + "; ".join(
+            f"{sev} {', '.join(sorted({f.cheat for f in by[sev]}))}" for sev in ("refuse", "flag") if by[sev]
+        ) + " (details in the warnings)"
+    else:
+        head = "lint (V4 benchmark cheats): clean"
+    reasons = [head] + [f"  note {f.cheat}: {f.message}" for f in by["note"]]
+    warnings = [f"benchmark cheat {f.cheat} (refused): {f.message}" for f in by["refuse"]]
+    warnings += [f"benchmark cheat {f.cheat} (flagged): {f.message}" for f in by["flag"]]
+    cheats = sorted({f.cheat for f in by["refuse"]})
+    inconclusive = [f"benchmark cheat(s) {', '.join(cheats)} found after the run (SPEC V4)"] if cheats else []
+    return reasons, warnings, inconclusive

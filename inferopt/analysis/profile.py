@@ -152,11 +152,9 @@ def representative_shape(phases: pd.DataFrame, max_positions: int | None = None)
 
 def profile_for_phases(system: HFSystem, phases: pd.DataFrame, **kwargs: Any) -> PhaseProfile:
     """`profile_phases` at `representative_shape(phases)` (the model's position limit respected)."""
-    from inferopt.model.loading import load_model
+    from inferopt.model.loading import load_system_model
 
-    loaded = kwargs.pop("loaded", None) or load_model(system.model, dtype=system.dtype,
-                                                      attn_implementation=system.attn_implementation,
-                                                      device=system.device)
+    loaded = kwargs.pop("loaded", None) or load_system_model(system)
     max_pos = getattr(loaded.model.config, "max_position_embeddings", None)
     return profile_phases(system, **representative_shape(phases, max_pos), loaded=loaded, **kwargs)
 
@@ -169,7 +167,7 @@ def profile_phases(system: HFSystem, *, prompt_len: int, batch: int = 1, decode_
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from inferopt.engines.hf_loop import GreedyBatch, greedy_generate, left_pad, pad_token_id_of
-    from inferopt.model.loading import load_model
+    from inferopt.model.loading import load_system_model
 
     if prompt_len < 1 or batch < 1 or decode_steps < 0 or repeats < 1:
         raise ValueError(f"need prompt_len, batch, repeats >= 1 and decode_steps >= 0: "
@@ -179,8 +177,7 @@ def profile_phases(system: HFSystem, *, prompt_len: int, batch: int = 1, decode_
     try:
         before = process_usage()
         if loaded is None:
-            loaded = load_model(system.model, dtype=system.dtype, attn_implementation=system.attn_implementation,
-                                device=system.device)
+            loaded = load_system_model(system)
         model, device = loaded.model, loaded.device
         cuda = str(device).startswith("cuda")
         sync = torch.cuda.synchronize if cuda else (lambda: None)

@@ -121,7 +121,7 @@ class WorkloadConfig(Frozen):
     timeout_s: PositiveFloat = Field(default=60.0, description="per-request client timeout")
 
     @model_validator(mode="after")
-    def _one_source(self) -> "WorkloadConfig":
+    def _one_source(self) -> WorkloadConfig:
         if (self.arrival is None) == (self.trace is None):
             raise ValueError("give exactly one of `arrival` (synthetic workload) or `trace` (replay a file); fix: "
                              "e.g. arrival: {kind: poisson, rate_per_s: 2}, or trace: {path: trace.jsonl}")
@@ -246,12 +246,46 @@ class ValidationSettings(Frozen):
 
 
 class GateSettings(Frozen):
+    """Step 6. Quality: the sliced suite (lm-eval, `inferopt.quality`) on baseline and candidate, paired per
+    document, non-inferiority per slice (G1, G2); plus next-token drift as a diagnostic. Cost per successful
+    task (G3)."""
+
+    quality_model: str = Field(
+        default="builtin:quality-tiny",
+        description="model the suite evaluates under each arm's settings: `system` = the arm's own model (a real, "
+                    "trained model on a GPU); a path or builtin: = a proxy that solves the tasks (the serving model "
+                    "here is random, so it would score zero on everything)")
+    quality_margin: float = Field(default=0.05, ge=0.0, le=1.0, description="largest tolerated drop per slice (absolute)")
+    slice_margins: dict[str, float] = Field(default_factory=dict, description='per-slice margins, e.g. {"risk=high": 0.0}')
+    mlperf_ratio: float | None = Field(default=None, gt=0.0, le=1.0, description="MLPerf's rule: candidate >= ratio x baseline (e.g. 0.99)")
+    quality_alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="two-sided level of each slice's interval")
+    quality_bootstrap: PositiveInt = 2000
+    quality_limit: PositiveInt | None = Field(default=None, description="documents per task (None = all)")
+    quality_data_dir: str | None = Field(default=None, description="directory with <task>.jsonl (real task data); None = the built-in suite")
     held_prompts: PositiveInt = 16
     prompt_len: PositiveInt = 48
     continuation_len: PositiveInt = 16
     min_token_agreement: float = Field(default=0.98, ge=0.0, le=1.0)
     max_mean_kl: NonNegativeFloat = 0.01
     seed: int = 1234
+
+
+class LintSettings(Frozen):
+    """Opt-in overrides of the benchmark-cheat lint (SPEC V4, `inferopt.lint.cheats`). By default a cheat
+    refuses the run (config-level, before any model loads) or makes the verdict at best inconclusive.
+    `allow` names cheats that are deliberate here (e.g. a fixed-length kernel microbenchmark): each is then
+    only flagged — recorded on the run and in the verdict's warnings — and `reason` says why."""
+
+    allow: tuple[Literal["fixed_outputs", "warm_cache", "no_queueing"], ...] = Field(
+        default=(), description="cheats accepted on purpose for this candidate: flagged, never silently passed")
+    reason: str = Field(default="", description="why the allowed cheats are acceptable here (required with allow)")
+
+    @model_validator(mode="after")
+    def _reason(self) -> LintSettings:
+        if self.allow and not self.reason.strip():
+            raise ValueError("lint.allow needs lint.reason: say why this benchmark may "
+                             f"{', '.join(self.allow)}; fix: e.g. reason: 'fixed-length kernel microbenchmark'")
+        return self
 
 
 class CandidateConfig(Frozen):
@@ -269,6 +303,7 @@ class CandidateConfig(Frozen):
     ablation: AblationSettings = AblationSettings()
     validation: ValidationSettings = ValidationSettings()
     gate: GateSettings = GateSettings()
+    lint: LintSettings = LintSettings()
 
     @model_validator(mode="after")
     def _changes_apply(self) -> CandidateConfig:
@@ -364,6 +399,7 @@ __all__ = [
     "HFSystem",
     "HardwareConfig",
     "LengthConfig",
+    "LintSettings",
     "MeasureSettings",
     "ModelSpec",
     "OpenAISystem",
@@ -373,9 +409,9 @@ __all__ = [
     "ScenarioConfig",
     "SystemConfig",
     "TenantConfig",
+    "TraceConfig",
     "VLLMSystem",
     "ValidationSettings",
-    "TraceConfig",
     "WorkloadConfig",
     "apply_changes",
     "changed_fields",

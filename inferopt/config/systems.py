@@ -93,6 +93,10 @@ class HFSystem(Frozen):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batching: BatchingKnobs = BatchingKnobs()
     stop_at_eos: bool = True
+    weight_quantization: Literal["none", "bnb-int8", "bnb-nf4", "bnb-fp4", "quanto-int8", "quanto-int4", "quanto-int2"] = Field(
+        default="none", description="weights quantized at load (bitsandbytes on CPU needs every Linear dim % 32 == 0)")
+    kv_cache: Literal["dynamic", "quantized-int4", "quantized-int2"] = Field(
+        default="dynamic", description="KV cache: full precision, or quanto-quantized (saves memory, changes outputs: K2)")
 
 
 class FakeSystem(Frozen):
@@ -132,13 +136,14 @@ class VLLMSystem(Frozen):
     enable_prefix_caching: bool | None = None
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
-    max_num_queued_reqs: PositiveInt | None = Field(default=None, description="admission control: beyond this many waiting, requests are refused")
+    max_num_queued_reqs: PositiveInt | None = Field(default=None, description="admission control: beyond this many unfinished requests (vLLM 0.32 counts waiting + running), new ones get HTTP 503")
     quantization: str | None = Field(default=None, description="vLLM --quantization (e.g. fp8, bitsandbytes); None = as the checkpoint says")
     speculative_config: dict[str, Any] | None = Field(default=None, description="vLLM --speculative-config as a mapping")
     enforce_eager: bool = Field(default=True, description="skip torch.compile / CUDA graphs (fast start; set false for production-like GPU runs)")
     kv_cache_memory_bytes: PositiveInt | None = Field(default=1 << 30, description="KV cache size; on CPU vLLM otherwise reserves most of RAM")
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
     tensor_parallel_size: PositiveInt = 1
+    block_size: PositiveInt | None = Field(default=None, description="KV block size in tokens (vLLM --block-size); None = the platform's default")
     tracing: bool = Field(default=True, description="per-request OpenTelemetry spans to a local receiver (the phase join)")
     extra_args: tuple[str, ...] = Field(default=(), description="further `vllm serve` flags, passed verbatim")
     extra_env: dict[str, str] = Field(default_factory=dict)
@@ -162,6 +167,8 @@ class OpenAISystem(Frozen):
     metrics_url: str | None = Field(default=None, description="Prometheus /metrics for the aggregate join; None = base_url + /metrics if it answers")
     headers: dict[str, str] = Field(default_factory=dict)
     max_connections: PositiveInt = 1024
+    send_priority: bool = Field(default=True, description="send each request's non-zero priority; vLLM refuses one "
+                                "(HTTP 400) unless started with --scheduling-policy priority")
 
     @field_validator("base_url")
     @classmethod

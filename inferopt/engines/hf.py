@@ -165,12 +165,11 @@ class HFEngine:
         import transformers
 
         from inferopt.engines.hf_loop import pad_token_id_of
-        from inferopt.model.loading import load_model
+        from inferopt.model.loading import load_system_model
 
         s = self.system
         torch.set_num_threads(s.torch_threads)
-        loaded = self._preloaded or load_model(s.model, dtype=s.dtype, attn_implementation=s.attn_implementation,
-                                               device=s.device)
+        loaded = self._preloaded or load_system_model(s)
         self.model, self.tokenizer, self._device = loaded.model, loaded.tokenizer, loaded.device
         self._cuda = loaded.device.startswith("cuda")
         eos = getattr(self.model.generation_config, "eos_token_id", None)
@@ -300,7 +299,7 @@ class HFEngine:
 
         ids, mask = left_pad([s.request.prompt_token_ids for s in slots], self._pad, self._device)
         max_new = max(s.request.max_new_tokens for s in slots)
-        batch = GreedyBatch(self.model, ids, mask, max_new, pad_token_id=self._pad)
+        batch = GreedyBatch(self.model, ids, mask, max_new, pad_token_id=self._pad, kv_cache=self.system.kv_cache)
         t = now_s()
         for slot in slots:
             slot.timings.context_ready_s = t

@@ -39,6 +39,17 @@ def pad_token_id_of(model: Any) -> int:
     return 0
 
 
+def make_cache(model: Any, kv_cache: str = "dynamic") -> Any:
+    """A fresh KV cache for one batch: full precision (`dynamic`) or quanto-quantized (`quantized-int4|int2`)."""
+    if kv_cache == "dynamic":
+        return DynamicCache(config=model.config)
+    if kv_cache.startswith("quantized-int"):
+        from transformers import QuantizedCache
+
+        return QuantizedCache(backend="quanto", config=model.config, nbits=int(kv_cache.removeprefix("quantized-int")))
+    raise ValueError(f"kv_cache {kv_cache!r}: unknown; fix: dynamic, quantized-int4 or quantized-int2")
+
+
 def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token-id lists into (input_ids, attention_mask), both int64 on `device`."""
     width = max(len(p) for p in prompts)
@@ -55,7 +66,7 @@ class GreedyBatch:
     """
 
     def __init__(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                 max_new_tokens: int, pad_token_id: int | None = None) -> None:
+                 max_new_tokens: int, pad_token_id: int | None = None, kv_cache: str = "dynamic") -> None:
         self.model = model
         self.input_ids = input_ids
         self.batch_size, self.prompt_len = input_ids.shape
@@ -76,15 +87,28 @@ class GreedyBatch:
         else:
             self._mask = None
         self._cur_len = self.prompt_len
-        self.cache = DynamicCache(config=model.config)
+        self.cache = make_cache(model, kv_cache)
+        qc = getattr(getattr(model, "config", None), "quantization_config", None)
+        self._quanto = kv_cache != "dynamic" or "quanto" in str(getattr(qc, "quant_method", qc) or "").lower()
         self._next: torch.Tensor | None = None       # (B, 1) ids to feed on the next step
         self._done: torch.Tensor | None = None       # (B, 1) bool: rows fed the pad token
 
     def _mask_now(self) -> torch.Tensor | None:
         return None if self._mask is None else self._mask[:, : self._cur_len]
 
-    @torch.inference_mode()
+    def _mode(self) -> Any:
+        # quanto's weight tensors cannot run under inference_mode (version counters); no_grad is equivalent here
+        return torch.no_grad() if self._quanto else torch.inference_mode()
+
     def prefill(self) -> list[int]:
+        with self._mode():
+            return self._prefill()
+
+    def step(self) -> list[int]:
+        with self._mode():
+            return self._step()
+
+    def _prefill(self) -> list[int]:
         out = self.model(input_ids=self.input_ids, attention_mask=self._mask_now(), position_ids=self._prefill_pos,
                          cache=self.cache, use_cache=True, logits_to_keep=1)
         self.cache = out.cache
@@ -92,8 +116,7 @@ class GreedyBatch:
         self._next = nxt
         return nxt.view(-1).tolist()
 
-    @torch.inference_mode()
-    def step(self) -> list[int]:
+    def _step(self) -> list[int]:
         if self._done is not None:
             self._next.masked_fill_(self._done, self.pad_token_id)
         self._cur_len += 1

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from inferopt.model.builtin import builtin_names, builtin_spec
+from inferopt.model.builtin import built_names, builtin_spec
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    for name in args.name or builtin_names():
+    for name in args.name or built_names():
         path = build_model_dir(name, force=args.force)
         if not args.quiet:
             print(f"{name}: {path}")

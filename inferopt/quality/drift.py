@@ -39,6 +39,9 @@ def served_agreement(records_a: list[RequestRecord], records_b: list[RequestReco
         return by_id
 
     a, b = first_trial(records_a), first_trial(records_b)
+    if any(-1 in ids for ids in (*a.values(), *b.values())):
+        # an HTTP engine without returned ids records -1 placeholders: there is nothing to compare
+        return {"status": "skipped", "reason": "the engine did not return output token ids (placeholders only)", "n": 0}
     common = sorted(set(a) & set(b))
     if not common:
         return {"status": "skipped", "reason": "no request finished ok in both arms", "n": 0}
@@ -65,13 +68,13 @@ def next_token_drift(base: HFSystem | FakeSystem, cand: HFSystem | FakeSystem, g
     import torch
 
     from inferopt.engines.hf_loop import greedy_generate
-    from inferopt.model.loading import load_model
+    from inferopt.model.loading import load_system_model
 
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(base.torch_threads)
     try:
-        lb = load_model(base.model, base.dtype, base.attn_implementation, base.device)
-        lc = load_model(cand.model, cand.dtype, cand.attn_implementation, cand.device)
+        lb = load_system_model(base)
+        lc = load_system_model(cand)
         vocab = int(lb.model.config.vocab_size)
         rng = np.random.default_rng(gate.seed)
         prompts = torch.tensor(rng.integers(3, vocab, size=(gate.held_prompts, gate.prompt_len)), device=lb.device)
