@@ -8,7 +8,13 @@ because it means the change was not the pure systems change it claimed to be.
 Cost: cost per *successful* request = (device-hours × price + energy × electricity price) / requests that
 finished ok within the SLO bounds. On CPU the energy is TDP × an utilisation estimate, and says so.
 
-Deliberately not here: sliced task accuracy with CIs (needs the trained quality model and lm-eval).
+Quality has two sources: the sliced suite (`suite_gate.py`: lm-eval on a model that solves the tasks,
+paired per-slice intervals) and output drift (`drift.py`). `combine_quality` decides: for a change that can
+alter outputs the suite decides (drift is expected and reported); for a pure systems change the suite must
+not fail *and* outputs must not drift. Cost per successful *task* multiplies the requests served within SLO by
+the arm's task success rate on the suite (an estimate of "answered correctly", labelled as such).
+
+Deliberately not here: running the suite (suite_gate.py) or the statistics (sliced.py).
 """
 
 from __future__ import annotations
@@ -49,8 +55,10 @@ def within_slo(phases: pd.DataFrame, slo: SLOConfig) -> pd.Series:
     return ok & ttft & tpot & e2e
 
 
-def cost_table(trials: pd.DataFrame, slo: SLOConfig, hw: HardwareProfile, threads_by_arm: dict[str, int]) -> pd.DataFrame:
-    """Cost per successful request for each arm, pooled over its trials."""
+def cost_table(trials: pd.DataFrame, slo: SLOConfig, hw: HardwareProfile, threads_by_arm: dict[str, int],
+               task_success: dict[str, float] | None = None) -> pd.DataFrame:
+    """Cost per successful request for each arm, pooled over its trials; with `task_success` (arm -> share
+    of suite documents answered right) also cost per successful task = served within SLO x answered right."""
     rows = []
     cores = os.cpu_count() or 1
     for arm, sub in trials[~trials["failed"]].groupby("arm"):
@@ -65,9 +73,16 @@ def cost_table(trials: pd.DataFrame, slo: SLOConfig, hw: HardwareProfile, thread
             energy_label = "estimate: TDP x 1.0 (no power measured)"
         energy_j = energy_estimate_j(device_s, hw.tdp_w, util)
         cost = cost_per_successful_task(device_s, hw.price_per_hour_usd, energy_j, USD_PER_KWH, n_success)
-        rows.append({"arm": arm, "device_s": device_s, "requests": int(len(phases)), "successful": n_success,
-                     "success_rate": n_success / max(1, len(phases)), "energy_j": energy_j, "energy_basis": energy_label,
-                     **cost})
+        row = {"arm": arm, "device_s": device_s, "requests": int(len(phases)), "successful": n_success,
+               "success_rate": n_success / max(1, len(phases)), "energy_j": energy_j, "energy_basis": energy_label,
+               **cost}
+        rate = (task_success or {}).get(str(arm))
+        if rate is not None and np.isfinite(rate):
+            tasks_ok = n_success * rate
+            row.update({"task_success_rate": rate, "successful_tasks": tasks_ok,
+                        "cost_per_successful_task_usd": cost["total_cost_usd"] / tasks_ok if tasks_ok > 0 else None,
+                        "task_success_basis": "estimate: within-SLO requests x the arm's suite accuracy"})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -100,17 +115,35 @@ def judge_quality(drift: dict[str, Any], served: dict[str, Any], gate: GateSetti
     return ("fail" if fails else "pass"), reasons
 
 
+def combine_quality(suite_status: str, suite_reasons: list[str], drift_status: str, drift_reasons: list[str],
+                    required: bool) -> tuple[str, list[str]]:
+    """One quality status from the suite and the drift check (see the module docstring)."""
+    reasons = list(suite_reasons) + [f"drift: {drift_status}"] + [f"  {r}" for r in drift_reasons]
+    if suite_status == "fail":
+        return "fail", reasons
+    if required:
+        if suite_status in ("pass", "inconclusive"):
+            return suite_status, reasons + ["outputs may differ by design (the remedy alters them): the suite decides"]
+        return drift_status, reasons  # no suite (e.g. fake or served arms): the drift evidence is all there is
+    if drift_status == "fail":
+        return "fail", reasons + ["a pure systems change must not change outputs, and these drifted"]
+    if suite_status == "inconclusive":
+        return "inconclusive", reasons
+    return ("pass" if "pass" in (suite_status, drift_status) else drift_status), reasons
+
+
 def judge_cost(costs: pd.DataFrame) -> tuple[str, list[str]]:
     if set(costs.get("arm", [])) < {"baseline", "candidate"}:
         return "skipped", ["cost needs both arms measured"]
     base = costs.set_index("arm").loc["baseline"]
     cand = costs.set_index("arm").loc["candidate"]
-    b, c = _num(base["cost_per_success_usd"]), _num(cand["cost_per_success_usd"])
+    col = "cost_per_successful_task_usd" if "cost_per_successful_task_usd" in costs else "cost_per_success_usd"
+    b, c = _num(base[col]), _num(cand[col])
     if not np.isfinite(c):
         return "fail", [f"candidate served no request within SLO (cost per success is infinite; baseline {b:.3g} USD)"]
     passed = c <= b * 1.0 or not np.isfinite(b)
     return ("pass" if passed else "fail"), [
-        f"cost per successful request: baseline {b:.3g} USD ({int(base['successful'])} ok within SLO), "
+        f"{'cost per successful task' if col.endswith('task_usd') else 'cost per successful request'}: baseline {b:.3g} USD ({int(base['successful'])} ok within SLO), "
         f"candidate {c:.3g} USD ({int(cand['successful'])}) -> {'not more expensive' if passed else 'more expensive'}"
     ]
 

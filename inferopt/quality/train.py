@@ -1,0 +1,191 @@
+"""Train the project's small quality model on the synthetic corpus (`corpus.py`), deterministically, on CPU.
+
+Why it exists: no hub model can be downloaded here and a random model scores zero on everything, so a gate
+run on it proves nothing (SPEC G1). This trains a ~0.8 M-parameter Llama (byte-level tokenizer, the same
+one the serving model uses) until every short slice clears a threshold on a held-out dev set, or a time
+cap is hit; it then writes an ordinary `save_pretrained` directory plus `training.json` (steps, seconds,
+dev accuracy per slice over time).
+
+Recipe (from trials on this machine, FINDINGS.md): loss on answer tokens only; a copy curriculum first
+(copy + short retrieval until copy is learned), then the full mix; AdamW lr 1.5e-3, betas (0.9, 0.98),
+warm-up, cosine decay to 10 %, grad clip 1.0; `OMP_WAIT_POLICY=PASSIVE`.
+
+Usage: `python -m inferopt.quality.train --out DIR [--max-minutes 30] [--threads 2]`.
+
+Deliberately not here: the corpus (corpus.py) and the gate's scoring (sliced.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from inferopt.quality.corpus import Example, copy_task, eval_set, stream
+
+MODEL_SPEC: dict[str, Any] = {
+    "vocab_size": 288, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "max_position_embeddings": 512,
+    "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "initializer_range": 0.02, "tie_word_embeddings": True,
+    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+}
+
+
+def slice_key(ex: Example) -> str:
+    s = ex.slice
+    return f"{s['task']}/{s['lang']}/{s['context']}"
+
+
+def encode(tok: Any, ex: Example) -> tuple[list[int], int]:
+    """Token ids of <bos> prompt answer <eos>, and where the answer starts."""
+    prompt = tok(ex.prompt)["input_ids"]
+    answer = tok(ex.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    return prompt + answer, len(prompt)
+
+
+def batch_tensors(tok: Any, examples: list[Example]):
+    import torch
+
+    enc = [encode(tok, e) for e in examples]
+    width = max(len(ids) for ids, _ in enc)
+    ids = torch.full((len(enc), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(enc), width), dtype=torch.long)
+    labels = torch.full((len(enc), width), -100, dtype=torch.long)
+    for i, (row, start) in enumerate(enc):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+        labels[i, start: len(row)] = torch.tensor(row[start:])
+    return ids, mask, labels
+
+
+def greedy_answers(model: Any, tok: Any, examples: list[Example], max_new_tokens: int = 64, batch: int = 32) -> list[str]:
+    """Greedy continuations, cut at <eos> (left-padded batches)."""
+    import torch
+
+    out: list[str] = []
+    for i in range(0, len(examples), batch):
+        chunk = examples[i: i + batch]
+        enc = tok([e.prompt for e in chunk], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        for row in gen[:, enc["input_ids"].shape[1]:].tolist():
+            if tok.eos_token_id in row:
+                row = row[: row.index(tok.eos_token_id)]
+            out.append(tok.decode(row, skip_special_tokens=True))
+    return out
+
+
+def dev_accuracy(model: Any, tok: Any, dev: list[Example]) -> dict[str, float]:
+    model.eval()
+    answers = greedy_answers(model, tok, dev)
+    model.train()
+    hits: dict[str, list[bool]] = defaultdict(list)
+    for ex, got in zip(dev, answers):
+        hits[slice_key(ex)].append(got.strip() == ex.answer)
+    return {k: sum(v) / len(v) for k, v in sorted(hits.items())}
+
+
+def _lr(step: int, total: int, base: float, warmup: int = 30) -> float:
+    if step < warmup:
+        return base * (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def train(out_dir: str | Path, *, seed: int = 0, max_minutes: float = 30.0, threads: int = 2, batch_size: int = 48,
+          lr: float = 1.5e-3, eval_every: int = 150, target_short_acc: float = 0.92, planned_steps: int = 6000,
+          log: bool = True) -> dict[str, Any]:
+    """Train and save; returns the training record written to `training.json`."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from inferopt.model.build import build_byte_tokenizer
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    tok = build_byte_tokenizer(MODEL_SPEC["vocab_size"])
+    model = LlamaForCausalLM(LlamaConfig(**MODEL_SPEC))
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 2
+    model.generation_config.bos_token_id = 1
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    rng = random.Random(seed)
+    mix = stream(seed + 1)
+    dev = eval_set(per_slice=12, seed=seed + 777)
+    history: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    phase, step = "copy", 0
+    model.train()
+    pending: list[list[Example]] = []
+    while True:
+        if not pending:  # length-bucketed batches: draw 8 batches' worth, sort by length, shuffle the batches
+            share = 0.6 if phase == "copy" else 0.05
+            pool = [copy_task(rng) if rng.random() < share else next(mix) for _ in range(8 * batch_size)]
+            pool.sort(key=lambda e: len(e.prompt.encode()) + len(e.answer.encode()))
+            pending = [pool[i: i + batch_size] for i in range(0, len(pool), batch_size)]
+            rng.shuffle(pending)
+        examples = pending.pop()
+        ids, mask, labels = batch_tensors(tok, examples)
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, planned_steps, lr)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        elapsed_min = (time.perf_counter() - t0) / 60
+        if step % eval_every == 0 or elapsed_min >= max_minutes:
+            if phase == "copy":
+                copy_dev = [copy_task(random.Random(10_000 + i)) for i in range(24)]
+                acc = dev_accuracy(model, tok, copy_dev)
+                copy_acc = acc.get("copy/en/short", 0.0)
+                entry = {"step": step, "minutes": round(elapsed_min, 2), "loss": round(float(loss.detach()), 4), "copy_acc": copy_acc}
+                if copy_acc >= 0.8 or step >= planned_steps // 4:
+                    phase = "mix"
+                    entry["phase_change"] = "mix"
+            else:
+                acc = dev_accuracy(model, tok, dev)
+                entry = {"step": step, "minutes": round(elapsed_min, 2), "loss": round(float(loss.detach()), 4), "dev_acc": acc}
+            history.append(entry)
+            if log:
+                print(json.dumps(entry), flush=True)
+            short = [v for k, v in entry.get("dev_acc", {}).items() if k.endswith("/short")]
+            if (short and min(short) >= target_short_acc) or elapsed_min >= max_minutes:
+                break
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    record = {"seed": seed, "steps": step, "minutes": round((time.perf_counter() - t0) / 60, 2), "threads": threads,
+              "batch_size": batch_size, "lr": lr, "params": sum(p.numel() for p in model.parameters()),
+              "model_spec": MODEL_SPEC, "history": history}
+    (out_dir / "training.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-minutes", type=float, default=30.0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=48)
+    p.add_argument("--eval-every", type=int, default=150)
+    p.add_argument("--planned-steps", type=int, default=6000)
+    a = p.parse_args(argv)
+    rec = train(a.out, seed=a.seed, max_minutes=a.max_minutes, threads=a.threads, batch_size=a.batch_size,
+                eval_every=a.eval_every, planned_steps=a.planned_steps)
+    print(json.dumps({"steps": rec["steps"], "minutes": rec["minutes"], "final": rec["history"][-1]}))
+
+
+if __name__ == "__main__":
+    main()
