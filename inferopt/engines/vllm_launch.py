@@ -13,7 +13,7 @@ Everything runs under `if __name__ == "__main__":` — vLLM spawns worker proces
 module, and they must not start a second server.
 
 Deliberately not here: any import of `inferopt` (the vLLM virtualenv does not have it), argument building
-(`inferopt.engines.vllm.serve_args`), process management (the engine owns it).
+(`inferopt.engines.vllm_serve.serve_args`), process management (the engine owns it).
 """
 
 from __future__ import annotations

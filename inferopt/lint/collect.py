@@ -4,7 +4,7 @@
 recorded on the verdict), then the post-run checks over every measured run — measure, each ablation trial,
 each validation scenario — the ablation's arms against the plan, and the cost table.
 
-Deliberately not here: the checks themselves (`cheats.py`) and tracking.
+Deliberately not here: the checks themselves (`prerun.py`, `postrun.py`) and tracking.
 """
 
 from __future__ import annotations
@@ -13,19 +13,17 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from inferopt.config import CandidateConfig
-from inferopt.lint.cheats import (
-    Finding,
+from inferopt.lint.cheats import Finding, apply_allow
+from inferopt.lint.postrun import (
     RunEvidence,
-    apply_allow,
     check_arms,
-    check_config,
     check_cost,
     check_denominators,
     check_outputs,
     check_queueing,
     check_warm_cache,
-    workload_tables,
 )
+from inferopt.lint.prerun import check_config, workload_tables
 
 
 def collect_runs(candidate: CandidateConfig, measured: Any = None, ablation: Any = None,
@@ -63,7 +61,7 @@ def sent_by_arm(runs: Iterable[RunEvidence]) -> dict[str, int]:
 
 def lint_run(candidate: CandidateConfig, *, measured: Any = None, ablation: Any = None, scenarios: Sequence[Any] = (),
              cost: Any = None, logged_arms: Iterable[str] | None = None) -> list[Finding]:
-    """Every cheat check over one flow run's artifacts (see `cheats.py`), `lint.allow` applied."""
+    """Every cheat check over one flow run's artifacts (see `prerun.py`, `postrun.py`), `lint.allow` applied."""
     from inferopt.ablation.plan import plan_arms
 
     tables = workload_tables(candidate)

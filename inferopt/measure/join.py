@@ -149,7 +149,7 @@ def rewrite_records(path: str | Path, records: Iterable[RequestRecord]) -> None:
 
 # ------------------------------------------------------------------------------------------ aggregate
 
-# flat metric names (as `inferopt.engines.vllm.vllm_metrics` writes them) -> the client/phase column
+# flat metric names (as `inferopt.engines.vllm_serve.vllm_metrics` writes them) -> the client/phase column
 AGGREGATE_PHASES = (
     ("queue_ms", "queue_time_s"),
     ("prefill_ms", "prefill_time_s"),

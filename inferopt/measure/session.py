@@ -138,7 +138,7 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
     phases = phase_table(result.records)
     agg = pd.DataFrame()
     if join.get("kind") == "none" and delta:
-        from inferopt.engines.vllm import vllm_metrics
+        from inferopt.engines.vllm_serve import vllm_metrics
 
         flat = vllm_metrics(delta) if any(k.startswith("vllm:") for k in delta) else delta
         agg = aggregate_join(phases, flat)

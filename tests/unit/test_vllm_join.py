@@ -31,7 +31,8 @@ from inferopt.config import (
 )
 from inferopt.config.loader import load_config
 from inferopt.engines.base import FinishEvent, GenRequest, TokenEvent
-from inferopt.engines.vllm import serve_args, server_env, terminate_group, vllm_metrics
+from inferopt.engines.vllm import terminate_group
+from inferopt.engines.vllm_serve import serve_args, server_env, vllm_metrics
 from inferopt.measure.join import (
     aggregate_join,
     join_server_timings,
