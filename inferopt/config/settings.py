@@ -1,0 +1,139 @@
+"""How a candidate's run is carried out and judged: the per-step settings of a `CandidateConfig`
+(measure, ablate, validate, gate) and the cheat lint's opt-in overrides.
+
+Deliberately not here: the systems (`systems.py`), workloads, SLOs and hardware (`models.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import (
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+from inferopt.config.systems import Frozen
+
+
+class MeasureSettings(Frozen):
+    warmup_requests: int = Field(default=2, ge=0, description="sent before measuring, excluded and declared")
+
+
+class AblationSettings(Frozen):
+    """How an ablation runs and is judged (SPEC A1).
+
+    Fixed design (`max_repeats` unset): `repeats` trials per arm, one look at level `alpha`. The test per
+    metric is `test` (see `inferopt.ablation.compare`): target metrics first (Holm), the other metrics only
+    when every target moved (Holm) — family-wise error <= `alpha` over all metrics.
+    Sequential design (`max_repeats` set): a look after every repeat from `min_repeats` (default: `repeats`)
+    to `max_repeats`; the run stops at the first look where every tested arm has every target metric
+    significant, or at `max_repeats`. Peeking is paid for with Bonferroni over the planned looks: each look
+    tests at `alpha / number_of_looks`, so the chance of any false alarm over all looks stays <= `alpha`
+    whatever the stopping rule (see `inferopt.ablation.run`)."""
+
+    repeats: PositiveInt = Field(default=3, description="trials per arm (fixed design), interleaved in seeded random order")
+    seed: int = 0
+    test: Literal["repeat_t", "two_level_bootstrap"] = Field(
+        default="repeat_t",
+        description="repeat_t: paired t-test over repeats on per-trial log ratios (the repeat is the unit); "
+                    "two_level_bootstrap: resample repeats then requests (anti-conservative with few repeats)")
+    bootstrap_samples: PositiveInt = Field(default=2000, description="resamples for test: two_level_bootstrap")
+    alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="family-wise error over metrics (Holm) and looks (Bonferroni)")
+    num_requests: PositiveInt | None = Field(default=None, description="requests per trial (default: the workload's)")
+    aa_arm: bool = Field(default=True, description="also run the baseline again as arm `aa`: the noise floor, measured in the same run")
+    min_repeats: PositiveInt | None = Field(default=None, description="sequential design: first look after this many repeats (default: repeats)")
+    max_repeats: PositiveInt | None = Field(default=None, description="sequential design: last look; unset = fixed design with `repeats`")
+
+    @model_validator(mode="after")
+    def _design(self) -> AblationSettings:
+        if self.max_repeats is None:
+            if self.min_repeats is not None:
+                raise ValueError("min_repeats only applies to sequential stopping; fix: set max_repeats too, or drop min_repeats")
+            return self
+        first = self.min_repeats if self.min_repeats is not None else self.repeats
+        if first < 2:
+            raise ValueError(f"sequential stopping looks first after {first} repeat(s); fix: min_repeats >= 2 "
+                             "(one trial per arm says nothing about trial-to-trial noise)")
+        if first > self.max_repeats:
+            which = "min_repeats" if self.min_repeats is not None else "repeats (the first look when min_repeats is unset)"
+            raise ValueError(f"{which} = {first} exceeds max_repeats = {self.max_repeats}; fix: min_repeats <= max_repeats")
+        return self
+
+    @property
+    def sequential(self) -> bool:
+        return self.max_repeats is not None
+
+    @property
+    def look_repeats(self) -> tuple[int, ...]:
+        """After how many repeats each planned look happens (one look for the fixed design)."""
+        if self.max_repeats is None:
+            return (self.repeats,)
+        first = self.min_repeats if self.min_repeats is not None else self.repeats
+        return tuple(range(first, self.max_repeats + 1))
+
+    @property
+    def alpha_per_look(self) -> float:
+        """Bonferroni over the planned looks (the whole alpha for the fixed design)."""
+        return self.alpha / len(self.look_repeats)
+
+
+class ScenarioConfig(Frozen):
+    name: str
+    kind: Literal["steady", "burst"]
+    rate_scale: PositiveFloat = Field(default=1.0, description="multiplies the workload's arrival rate")
+    burstiness: PositiveFloat = Field(default=8.0, description="CV² of gaps for kind=burst")
+    num_requests: PositiveInt | None = None
+
+
+class ValidationSettings(Frozen):
+    scenarios: tuple[ScenarioConfig, ...] = (
+        ScenarioConfig(name="steady", kind="steady"),
+        ScenarioConfig(name="burst", kind="burst"),
+    )
+
+
+class GateSettings(Frozen):
+    """Step 6. Quality: the sliced suite (lm-eval, `inferopt.quality`) on baseline and candidate, paired per
+    document, non-inferiority per slice (G1, G2); plus next-token drift as a diagnostic. Cost per successful
+    task (G3)."""
+
+    quality_model: str = Field(
+        default="builtin:quality-tiny",
+        description="model the suite evaluates under each arm's settings: `system` = the arm's own model (a real, "
+                    "trained model on a GPU); a path or builtin: = a proxy that solves the tasks (the serving model "
+                    "here is random, so it would score zero on everything)")
+    quality_margin: float = Field(default=0.05, ge=0.0, le=1.0, description="largest tolerated drop per slice (absolute)")
+    slice_margins: dict[str, float] = Field(default_factory=dict, description='per-slice margins, e.g. {"risk=high": 0.0}')
+    mlperf_ratio: float | None = Field(default=None, gt=0.0, le=1.0, description="MLPerf's rule: candidate >= ratio x baseline (e.g. 0.99)")
+    quality_alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="two-sided level of each slice's interval")
+    quality_bootstrap: PositiveInt = 2000
+    quality_limit: PositiveInt | None = Field(default=None, description="documents per task (None = all)")
+    quality_data_dir: str | None = Field(default=None, description="directory with <task>.jsonl (real task data); None = the built-in suite")
+    held_prompts: PositiveInt = 16
+    prompt_len: PositiveInt = 48
+    continuation_len: PositiveInt = 16
+    min_token_agreement: float = Field(default=0.98, ge=0.0, le=1.0)
+    max_mean_kl: NonNegativeFloat = 0.01
+    seed: int = 1234
+
+
+class LintSettings(Frozen):
+    """Opt-in overrides of the benchmark-cheat lint (SPEC V4, `inferopt.lint.cheats`). By default a cheat
+    refuses the run (config-level, before any model loads) or makes the verdict at best inconclusive.
+    `allow` names cheats that are deliberate here (e.g. a fixed-length kernel microbenchmark): each is then
+    only flagged — recorded on the run and in the verdict's warnings — and `reason` says why."""
+
+    allow: tuple[Literal["fixed_outputs", "warm_cache", "no_queueing"], ...] = Field(
+        default=(), description="cheats accepted on purpose for this candidate: flagged, never silently passed")
+    reason: str = Field(default="", description="why the allowed cheats are acceptable here (required with allow)")
+
+    @model_validator(mode="after")
+    def _reason(self) -> LintSettings:
+        if self.allow and not self.reason.strip():
+            raise ValueError("lint.allow needs lint.reason: say why this benchmark may "
+                             f"{', '.join(self.allow)}; fix: e.g. reason: 'fixed-length kernel microbenchmark'")
+        return self
