@@ -152,12 +152,15 @@ def one(rng: random.Random, task: str, lang: str, split: Split, long: bool = Fal
 TRAIN_MIX = {"arith": 0.3, "kv": 0.35, "tool": 0.15, "mc": 0.2}  # tool-call copying is learned fastest
 
 
-def stream(seed: int, split: Split = "train", long_share: float = 0.3) -> Iterator[Example]:
-    """An endless seeded mix of every task and language (training draws from this, `TRAIN_MIX` weights)."""
+def stream(seed: int, split: Split = "train", long_share: float = 0.3,
+           weights: dict[str, float] | None = None) -> Iterator[Example]:
+    """An endless seeded mix of every task and language (training draws from this; `TRAIN_MIX` weights
+    unless `weights` are given)."""
     rng = random.Random(seed)
-    names, weights = list(TRAIN_MIX), list(TRAIN_MIX.values())
+    mix = weights or TRAIN_MIX
+    names, weights_ = list(mix), list(mix.values())
     while True:
-        task, lang = rng.choices(names, weights)[0], rng.choice(LANGS)
+        task, lang = rng.choices(names, weights_)[0], rng.choice(LANGS)
         ex = one(rng, task, lang, split, long=task in ("kv", "tool") and rng.random() < long_share)
         if ex is not None:
             yield ex

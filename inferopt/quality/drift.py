@@ -64,7 +64,8 @@ def served_agreement(records_a: list[RequestRecord], records_b: list[RequestReco
 def next_token_drift(base: HFSystem | FakeSystem, cand: HFSystem | FakeSystem, gate: GateSettings) -> dict[str, Any]:
     """Teacher-forced next-token KL and top-1 agreement on `gate.held_prompts` seeded prompts."""
     if not isinstance(base, HFSystem) or not isinstance(cand, HFSystem):
-        return {"status": "skipped", "reason": "the fake engine has no model: no logits to compare"}
+        return {"status": "skipped", "reason": f"next-token drift loads hf models in-process; this is {base.engine}/{cand.engine} "
+                                               "(the fake engine has no model; served arms are compared on their outputs)"}
     import torch
 
     from inferopt.engines.hf_loop import greedy_generate

@@ -101,8 +101,11 @@ def _lr(step: int, total: int, base: float, warmup: int = 30) -> float:
 
 def train(out_dir: str | Path, *, seed: int = 0, max_minutes: float = 30.0, threads: int = 2, batch_size: int = 48,
           lr: float = 1.5e-3, eval_every: int = 150, target_short_acc: float = 0.92, planned_steps: int = 6000,
-          log: bool = True) -> dict[str, Any]:
-    """Train and save; returns the training record written to `training.json`."""
+          log: bool = True, init_from: str | Path | None = None, mix: dict[str, float] | None = None) -> dict[str, Any]:
+    """Train and save; returns the training record written to `training.json`.
+
+    `init_from` continues from a saved model (a second stage; the copy curriculum is skipped and its
+    `training.json` history is kept), `mix` overrides the task weights of `corpus.TRAIN_MIX` for this stage."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -112,16 +115,22 @@ def train(out_dir: str | Path, *, seed: int = 0, max_minutes: float = 30.0, thre
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     tok = build_byte_tokenizer(MODEL_SPEC["vocab_size"])
-    model = LlamaForCausalLM(LlamaConfig(**MODEL_SPEC))
+    previous: dict[str, Any] = {}
+    if init_from:
+        model = LlamaForCausalLM.from_pretrained(init_from, dtype=torch.float32)
+        prev_file = Path(init_from) / "training.json"
+        previous = json.loads(prev_file.read_text()) if prev_file.is_file() else {}
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**MODEL_SPEC))
     model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 2
     model.generation_config.bos_token_id = 1
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     rng = random.Random(seed)
-    mix = stream(seed + 1)
+    mix = stream(seed + 1, weights=mix)
     dev = eval_set(per_slice=12, seed=seed + 777)
     history: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    phase, step = "copy", 0
+    phase, step = ("mix" if init_from else "copy"), 0
     model.train()
     pending: list[list[Example]] = []
     while True:
@@ -165,9 +174,15 @@ def train(out_dir: str | Path, *, seed: int = 0, max_minutes: float = 30.0, thre
     model.eval()
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    record = {"seed": seed, "steps": step, "minutes": round((time.perf_counter() - t0) / 60, 2), "threads": threads,
-              "batch_size": batch_size, "lr": lr, "params": sum(p.numel() for p in model.parameters()),
-              "model_spec": MODEL_SPEC, "history": history}
+    # one entry per stage (a stage-1 record without "stages" counts as one stage)
+    stages = previous.get("stages", [previous]) if previous else []
+    stage = {"seed": seed, "steps": step, "minutes": round((time.perf_counter() - t0) / 60, 2), "threads": threads,
+             "batch_size": batch_size, "lr": lr, "init_from": str(init_from) if init_from else None,
+             "mix": mix, "history": history}
+    stages = [*stages, stage]
+    record = {"stages": stages, "steps": sum(st["steps"] for st in stages),
+              "minutes": round(sum(st["minutes"] for st in stages), 2),
+              "params": sum(p.numel() for p in model.parameters()), "model_spec": MODEL_SPEC, "history": history}
     (out_dir / "training.json").write_text(json.dumps(record, indent=1))
     return record
 
@@ -181,10 +196,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=48)
     p.add_argument("--eval-every", type=int, default=150)
     p.add_argument("--planned-steps", type=int, default=6000)
+    p.add_argument("--lr", type=float, default=1.5e-3)
+    p.add_argument("--init-from", default=None, help="continue from this saved model (second stage)")
+    p.add_argument("--mix", default=None, help="task weights for this stage, e.g. kv=0.6,arith=0.15,tool=0.1,mc=0.15")
     a = p.parse_args(argv)
+    mix = {k: float(v) for k, v in (kv.split("=") for kv in a.mix.split(","))} if a.mix else None
     rec = train(a.out, seed=a.seed, max_minutes=a.max_minutes, threads=a.threads, batch_size=a.batch_size,
-                eval_every=a.eval_every, planned_steps=a.planned_steps)
-    print(json.dumps({"steps": rec["steps"], "minutes": rec["minutes"], "final": rec["history"][-1]}))
+                eval_every=a.eval_every, planned_steps=a.planned_steps, lr=a.lr, init_from=a.init_from, mix=mix)
+    print(json.dumps({"steps": rec["steps"], "minutes": rec["minutes"], "final": rec["history"][-1] if rec["history"] else None}))
 
 
 if __name__ == "__main__":
