@@ -4,7 +4,7 @@ Four tasks a small model can learn on 2 CPU cores, each in two languages (Englis
 two scripts, same task), so a change that hurts one slice and not another shows up as a sliced drop:
 
   arith  `17+25 ->` -> `42`                      1-2 digit addition            (risk: normal)
-  kv     `a=381 q=902 m=117 ?q` -> `902`          key-value retrieval; `long`   (risk: high - ids exact)
+  kv     `a381 q902 m117 ?q` -> `902`             key-value retrieval; `long`   (risk: high - ids exact)
          puts 24 pairs before the query with the queried key in the first quarter (the answer far back)
   tool   `refund order 4821 amount 35.20` -> `{"name":"refund","order_id":"4821","amount":35.20}`
          tool-call JSON arguments; `long` adds unrelated order history first     (risk: high - amounts, ids)
@@ -86,7 +86,10 @@ def kv(rng: random.Random, lang: str, split: Split, long: bool) -> Example | Non
     q = rng.randrange(n // 4) if long else rng.randrange(n)
     if not _accept(split, "kv", chosen[q], values[q], n):
         return None
-    ctx = " ".join(f"{k}={v}" for k, v in zip(chosen, values))
+    # the value right after its key and the query ending with the key: retrieval is then plain induction
+    # (copy what followed the earlier occurrence of the current token); `a=381` made it a two-step lookup
+    # that the small model did not learn in 45 CPU-minutes
+    ctx = " ".join(f"{k}{v}" for k, v in zip(chosen, values))
     prompt = f"{ctx} ?{chosen[q]}"
     return Example(f"kv-{lang}-{'long' if long else 'short'}-{chosen[q]}{values[q]}-{n}-{rng.randrange(1 << 30)}",
                    prompt, values[q], _slice("kv", lang, "long" if long else "short", "high"))
