@@ -126,7 +126,7 @@ def train(out_dir: str | Path, *, seed: int = 0, max_minutes: float = 30.0, thre
     model.generation_config.bos_token_id = 1
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     rng = random.Random(seed)
-    mix = stream(seed + 1, weights=mix)
+    examples_stream = stream(seed + 1, weights=mix)
     dev = eval_set(per_slice=12, seed=seed + 777)
     history: list[dict[str, Any]] = []
     t0 = time.perf_counter()
@@ -136,7 +136,7 @@ def train(out_dir: str | Path, *, seed: int = 0, max_minutes: float = 30.0, thre
     while True:
         if not pending:  # length-bucketed batches: draw 8 batches' worth, sort by length, shuffle the batches
             share = 0.6 if phase == "copy" else 0.05
-            pool = [copy_task(rng) if rng.random() < share else next(mix) for _ in range(8 * batch_size)]
+            pool = [copy_task(rng) if rng.random() < share else next(examples_stream) for _ in range(8 * batch_size)]
             pool.sort(key=lambda e: len(e.prompt.encode()) + len(e.answer.encode()))
             pending = [pool[i: i + batch_size] for i in range(0, len(pool), batch_size)]
             rng.shuffle(pending)
