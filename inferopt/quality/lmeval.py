@@ -13,8 +13,11 @@ Deliberately not here: statistics (sliced.py), model loading and quantization (e
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +35,12 @@ class SuiteResult:
 
 
 def _offline_env() -> None:
+    import logging
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
 
 
 def samples_frame(samples: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
@@ -70,14 +76,23 @@ def _evaluate(lm: Any, tasks: tuple[str, ...], limit: int | None, data_dir: str 
 
     metadata = {"data_dir": data_dir} if data_dir else None
     tm = TaskManager(include_path=str(TASK_DIR), metadata=metadata)
-    out = simple_evaluate(model=lm, tasks=list(tasks), task_manager=tm, log_samples=True, limit=limit,
-                          num_fewshot=0, bootstrap_iters=0, random_seed=0, numpy_random_seed=0, torch_random_seed=0)
+    # lm-eval's progress bars (stderr) would drown the flow's own lines: keep them, show them only on failure
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            out = simple_evaluate(model=lm, tasks=list(tasks), task_manager=tm, log_samples=True, limit=limit,
+                                  num_fewshot=0, bootstrap_iters=0, random_seed=0, numpy_random_seed=0,
+                                  torch_random_seed=0)
+    except Exception:
+        sys.stderr.write(captured.getvalue()[-4000:])
+        raise
     return SuiteResult(results=out["results"], samples=samples_frame(out["samples"]))
 
 
 def run_in_memory(model: Any, tokenizer: Any, *, tasks: tuple[str, ...] = SUITE, batch_size: int = 32,
                   limit: int | None = None, data_dir: str | None = None) -> SuiteResult:
     """Evaluate a loaded model object (as served in-process: quantized, other dtype, other attention)."""
+    _offline_env()
     from lm_eval.models.huggingface import HFLM
 
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, add_bos_token=True, max_length=512)
@@ -87,6 +102,7 @@ def run_in_memory(model: Any, tokenizer: Any, *, tasks: tuple[str, ...] = SUITE,
 def run_served(base_url: str, served_model: str, tokenizer_dir: str, *, tasks: tuple[str, ...] = SUITE,
                limit: int | None = None, data_dir: str | None = None, concurrency: int = 4) -> SuiteResult:
     """Evaluate an OpenAI-compatible server (e.g. a vLLM arm) with lm-eval's `local-completions`."""
+    _offline_env()
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
     lm = LocalCompletionsAPI(base_url=f"{base_url.rstrip('/')}/v1/completions", model=served_model,
