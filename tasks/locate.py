@@ -28,7 +28,7 @@ def profile_enabled() -> bool:
 @task(name="locate", task_run_name="locate the bottleneck")
 def locate_task(candidate: CandidateConfig, measured: MeasureResult, tracker: Tracker) -> LocateResult:
     tracker.child(LOCATE, tags={"inferopt.step": "locate"})
-    result = locate_step(candidate, measured.phases, profile=profile_enabled())
+    result = locate_step(candidate, measured.phases, profile=profile_enabled(), server_metrics=measured.run.server_metrics)
     tracker.params({"hardware": result.hardware.to_dict()}, LOCATE)
     log_profile(result, tracker)
     v = result.verdict

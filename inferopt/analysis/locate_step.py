@@ -24,7 +24,7 @@ from inferopt.analysis.hardware import HardwareProfile, load_hardware
 from inferopt.analysis.kv import kv_table
 from inferopt.analysis.profile import PhaseProfile, profile_for_phases
 from inferopt.analysis.roofline import ModelDims, achieved, roofline_table, weight_bytes
-from inferopt.config import CandidateConfig, FakeSystem, HFSystem
+from inferopt.config import AnySystem, CandidateConfig, HFSystem, VLLMSystem
 
 BYTES_PER_ELEM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
@@ -41,8 +41,11 @@ class LocateResult:
     profile_error: str | None = None     # why the profile pass failed, when it did
 
 
-def model_dims(system: HFSystem | FakeSystem) -> ModelDims | None:
-    if not isinstance(system, HFSystem):
+VLLM_DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default when max_num_seqs is unset
+
+
+def model_dims(system: AnySystem) -> ModelDims | None:
+    if not isinstance(system, (HFSystem, VLLMSystem)):
         return None
     from inferopt.model.loading import resolve_model_dir
 
@@ -66,9 +69,19 @@ def _measured_points(roof: pd.DataFrame, phases: pd.DataFrame, hw: HardwareProfi
     return pd.DataFrame(rows)
 
 
-def locate_step(candidate: CandidateConfig, phases: pd.DataFrame, *, profile: bool = False) -> LocateResult:
+def max_batch_size(system: AnySystem) -> int | None:
+    """The most sequences the system decodes at once (None: unknown, an endpoint we did not launch)."""
+    if isinstance(system, VLLMSystem):
+        return system.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS
+    batching = getattr(system, "batching", None)
+    return batching.max_batch_size if batching is not None else None
+
+
+def locate_step(candidate: CandidateConfig, phases: pd.DataFrame, *, profile: bool = False,
+                server_metrics: dict[str, float] | None = None) -> LocateResult:
     """Roofline, KV table and verdict for the baseline's measured `phases`; `profile`: also run the op
-    profile pass (hf systems; ignored for others) and give the verdict its evidence."""
+    profile pass (hf systems; ignored for others) and give the verdict its evidence. `server_metrics`: the
+    run's server counter deltas (vLLM: preemptions feed the KV-capacity rule)."""
     system = candidate.baseline
     prof: PhaseProfile | None = None
     prof_error: str | None = None
@@ -77,7 +90,8 @@ def locate_step(candidate: CandidateConfig, phases: pd.DataFrame, *, profile: bo
             prof = profile_for_phases(system, phases)
         except Exception as exc:  # noqa: BLE001 - the verdict can be made without the profile
             prof_error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
-    dtype = system.dtype if isinstance(system, HFSystem) else "float32"
+    dtype = getattr(system, "dtype", "float32")
+    dtype = dtype if dtype in BYTES_PER_ELEM else "float32"  # vLLM's "auto": the tiny checkpoints are fp32
     threads = system.torch_threads if isinstance(system, HFSystem) else 1
     hw = load_hardware(candidate.hardware, dtype, threads)
     dims = model_dims(system)
@@ -92,9 +106,12 @@ def locate_step(candidate: CandidateConfig, phases: pd.DataFrame, *, profile: bo
         ok = phases[phases["outcome"] == "ok"]
         ctx = (ok["input_len"] + ok["output_len"]).to_numpy(float)
         ctx_lens = sorted({int(np.quantile(ctx, q)) for q in (0.5, 0.95, 1.0)}) if len(ctx) else [512]
-        kv = kv_table(dims, ctx_lens, system.batching.max_batch_size, b, hw.memory_bytes, weight_bytes(dims, b))
+        kv = kv_table(dims, ctx_lens, max_batch_size(system) or 1, b, hw.memory_bytes, weight_bytes(dims, b))
         measured = _measured_points(roof, phases, hw)
-    knobs: dict[str, Any] = {"max_batch_size": system.batching.max_batch_size}
+    knobs: dict[str, Any] = {"max_batch_size": max_batch_size(system)}
+    preemptions = (server_metrics or {}).get("num_preemptions_total")
+    if preemptions is not None:
+        knobs["num_preemptions"] = preemptions
     verdict = locate(phases, roof, kv, knobs, op_breakdown=prof.ops if prof is not None else None)
     return LocateResult(hardware=hw, dims=dims, roofline=roof, measured=measured, kv=kv, verdict=verdict,
                         profile=prof, profile_error=prof_error)
