@@ -167,6 +167,9 @@ class OpenAISystem(Frozen):
     metrics_url: str | None = Field(default=None, description="Prometheus /metrics for the aggregate join; None = base_url + /metrics if it answers")
     headers: dict[str, str] = Field(default_factory=dict)
     max_connections: PositiveInt = 1024
+    temperature: NonNegativeFloat = Field(
+        default=0.0, description="sampling temperature sent with every request; 0 = greedy, as the hf engine decodes "
+                                 "(servers default to 1.0: sampled outputs make arms' outputs and lengths differ by chance)")
     send_priority: bool = Field(default=True, description="send each request's non-zero priority; vLLM refuses one "
                                 "(HTTP 400) unless started with --scheduling-policy priority")
 

@@ -167,6 +167,7 @@ class OpenAIEngine:
         body: dict[str, Any] = {
             "model": self.system.served_model,
             "max_tokens": req.max_new_tokens,
+            "temperature": self.system.temperature,
             "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }

@@ -60,6 +60,7 @@ def test_normal_stream_counts_tokens_from_usage_and_sends_the_right_body() -> No
         assert body["max_tokens"] == 5 and body["stream"] is True
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
         assert "ignore_eos" not in body and "min_tokens" not in body
+        assert body["temperature"] == 0.0  # greedy, like the hf engine (servers default to sampling)
     frame = records_to_frame(res.records)
     assert "client_chunk_s" not in frame and (frame["n_client_chunks"] == 5).all()
     assert set(srv.bodies) == set(table["request_id"])  # X-Request-Id carried the request id
