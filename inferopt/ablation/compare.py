@@ -22,11 +22,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from inferopt.analysis.interaction import interaction_bootstrap, interaction_repeat_test
 from inferopt.analysis.stats import (
     RowStat,
     holm,
-    interaction_bootstrap,
-    interaction_repeat_test,
     paired_bootstrap_diff,
     paired_repeat_test,
     quantile_rows,

@@ -125,7 +125,7 @@ def test_repeat_test_detects_and_its_intervals_agree():
 
 
 def test_interaction_repeat_test_separates_additive_from_multiplicative():
-    from inferopt.analysis.stats import interaction_repeat_test
+    from inferopt.analysis.interaction import interaction_repeat_test
 
     rng = np.random.default_rng(9)
 
