@@ -104,8 +104,11 @@ def fresh_fake_noise(arm: Arm, trial: Trial) -> HFSystem | FakeSystem:
 
 def ablate(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "",
            on_trial: Callable[[Trial, MeasuredRun], None] | None = None,
-           system_for_trial: SystemForTrial | None = None) -> AblationResult:
-    """Run the ablation of `candidate` (see the module docstring). `system_for_trial(arm, trial)` may replace
+           system_for_trial: SystemForTrial | None = None,
+           run_trial: Callable[[Trial, RunTags], MeasuredRun] | None = None) -> AblationResult:
+    """Run the ablation of `candidate` (see the module docstring). `run_trial(trial, tags)`, when given,
+    returns a trial's run instead of running it here (`dispatch.PrecomputedTrials`: arms run on Prefect
+    workers). `system_for_trial(arm, trial)` may replace
     the system a trial starts (default: the arm's own), e.g. `fresh_fake_noise`."""
     out_dir = Path(out_dir)
     settings = candidate.ablation
@@ -136,9 +139,9 @@ def ablate(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "",
             arm = by_name[trial.arm]
             system = system_for_trial(arm, trial) if system_for_trial else arm.system
             tags = RunTags(run_tag=run_tag, arm=trial.arm, trial=trial.repeat, scenario="ablation")
-            run = run_system(system, table, tags, timeout_s=candidate.workload.timeout_s,
-                             records_path=out_dir / "requests.jsonl",
-                             warmup_requests=candidate.measure.warmup_requests, prompt_seed=candidate.workload.seed)
+            run = run_trial(trial, tags) if run_trial else run_system(
+                system, table, tags, timeout_s=candidate.workload.timeout_s, records_path=out_dir / "requests.jsonl",
+                warmup_requests=candidate.measure.warmup_requests, prompt_seed=candidate.workload.seed)
             runs.append(run)
             skip = start_failure_reason(run)
             if skip:
