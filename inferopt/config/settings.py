@@ -47,6 +47,12 @@ class AblationSettings(Frozen):
     aa_arm: bool = Field(default=True, description="also run the baseline again as arm `aa`: the noise floor, measured in the same run")
     min_repeats: PositiveInt | None = Field(default=None, description="sequential design: first look after this many repeats (default: repeats)")
     max_repeats: PositiveInt | None = Field(default=None, description="sequential design: last look; unset = fixed design with `repeats`")
+    dispatch: Literal["inline", "workers"] = Field(
+        default="inline",
+        description="inline: every trial in this process, interleaved; workers: each arm's trials as a flow run of "
+                    "`arm_deployment` on a Prefect work pool (one worker per node), arms in parallel, statistics here")
+    arm_deployment: str = Field(default="arm/arm", description="dispatch: workers — the deployment that runs one arm")
+    dispatch_timeout_s: PositiveFloat = Field(default=3600.0, description="dispatch: workers — longest wait for all arms")
 
     @model_validator(mode="after")
     def _design(self) -> AblationSettings:
