@@ -51,7 +51,12 @@ class FinishEvent:
 
 
 class RequestRejected(Exception):
-    """The engine refused the request at admission (queue full, overload): outcome `rejected`."""
+    """The engine refused the request at admission (queue full, overload): outcome `rejected`.
+    `retry_after_s`: the server's Retry-After (seconds from now) when it sent one, else None."""
+
+    def __init__(self, message: str = "", retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 @runtime_checkable

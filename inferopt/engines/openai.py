@@ -17,7 +17,8 @@ placeholders, -1), else — a server without continuous usage — one token per 
 any surplus the final usage reports arrives as one last event.
 
 Outcomes: HTTP 429/503, or an SSE `{"error": {"code": 429|503}}` event inside a 200 stream (vLLM's
-`--max-num-queued-reqs` on streaming requests) -> `RequestRejected`. Other HTTP errors, other error
+`--max-num-queued-reqs` on streaming requests) -> `RequestRejected` (with the `Retry-After` header's delay
+when the HTTP answer has one; retrying is the caller's choice: `inferopt.client.retry`). Other HTTP errors, other error
 events, a connection lost mid-stream or a stream that ends without `[DONE]` or a finish reason ->
 `OpenAIStreamError` with the reason. Timeouts belong to the load runner (it cancels; the connection is
 dropped, not reused).
@@ -192,7 +193,9 @@ class OpenAIEngine:
             if resp.status != 200:
                 text = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
                 if resp.status in REJECT_CODES:
-                    raise RequestRejected(f"HTTP {resp.status}: {text}")
+                    from inferopt.client.retry import parse_retry_after_s
+
+                    raise RequestRejected(f"HTTP {resp.status}: {text}", parse_retry_after_s(resp.headers.get("Retry-After")))
                 hint = ("; fix: start the server with --scheduling-policy priority, or set send_priority: false"
                         if "priority" in text.lower() else "")
                 raise OpenAIStreamError(f"HTTP {resp.status} from {self.url}: {text}{hint}")

@@ -23,6 +23,7 @@ import asyncio
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -96,9 +97,12 @@ async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
 
 
 async def _run(system: AnySystem, table: pd.DataFrame, tags: RunTags, sink: RecordSink | None,
-               timeout_s: float, warmup: int, prompt_seed: int) -> tuple[LoadResult, dict[str, Any]]:
+               timeout_s: float, warmup: int, prompt_seed: int,
+               wrap_engine: Callable[[Any], Any] | None = None) -> tuple[LoadResult, dict[str, Any]]:
     try:
         engine = make_engine(system)
+        if wrap_engine is not None:   # e.g. a client retry policy or a scheduled fault (inferopt.validation)
+            engine = wrap_engine(engine)
         await engine.start()
     except Exception as exc:  # re-raised, marked as a start failure
         raise _StartFailed() from exc
@@ -115,11 +119,13 @@ async def _run(system: AnySystem, table: pd.DataFrame, tags: RunTags, sink: Reco
 
 
 def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout_s: float,
-               records_path: str | Path | None = None, warmup_requests: int = 0, prompt_seed: int = 0) -> MeasuredRun:
-    """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error."""
+               records_path: str | Path | None = None, warmup_requests: int = 0, prompt_seed: int = 0,
+               wrap_engine: Callable[[Any], Any] | None = None) -> MeasuredRun:
+    """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
+    `wrap_engine(engine)` returns the engine the runner drives (a wrapper that delegates to it)."""
     sink = RecordSink(records_path) if records_path else None
     try:
-        result, join = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed))
+        result, join = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine))
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
         stage = "run"
         if isinstance(exc, _StartFailed) and exc.__cause__ is not None:

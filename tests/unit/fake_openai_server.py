@@ -5,13 +5,16 @@ tests. What it does to a request is chosen by the request's X-Request-Id through
 Modes: ok (one token per chunk, continuous usage), multi (3 tokens per chunk), ids (token_ids returned),
 http429, http503, sse503 (200, then an error event with code 503), sse500 (a token, then an error event
 code 500), die (a token, then the connection is cut), nodone (a token, then a clean end without [DONE]),
-slow (sleeps before answering), nousage (text chunks, usage only at the end).
+slow (sleeps before answering), nousage (text chunks, usage only at the end), busy (HTTP 429 with header
+`Retry-After: <retry_after>` for the first `busy_first` requests of that id, then ok; `calls` counts each
+id's requests and `call_s` their arrival times).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,10 @@ class FakeOpenAIServer:
     modes: dict[str, str] = field(default_factory=dict)
     metrics: bool = True
     slow_s: float = 5.0
+    retry_after: str = "1"
+    busy_first: int = 2
+    calls: dict[str, int] = field(default_factory=dict)
+    call_s: dict[str, list[float]] = field(default_factory=dict)
     bodies: dict[str, dict[str, Any]] = field(default_factory=dict)
     port: int = 0
     _runner: web.AppRunner | None = None
@@ -67,6 +74,11 @@ class FakeOpenAIServer:
         self.bodies[rid] = body
         mode = self.modes.get(rid, "ok")
         n = int(body["max_tokens"])
+        self.calls[rid] = self.calls.get(rid, 0) + 1
+        self.call_s.setdefault(rid, []).append(time.monotonic())
+        if mode == "busy" and self.calls[rid] <= self.busy_first:
+            return web.json_response({"error": {"message": "busy", "code": 429}}, status=429,
+                                     headers={"Retry-After": self.retry_after})
         if mode in ("http429", "http503"):
             return web.json_response({"error": {"message": "busy", "code": int(mode[4:])}}, status=int(mode[4:]))
         if mode == "slow":
