@@ -151,6 +151,7 @@ class WorkloadConfig(Frozen):
 
 class SLOConfig(Frozen):
     name: str = "interactive"
+    ttft_p50_ms: PositiveFloat | None = Field(default=None, description="median TTFT bound (the seed's case checks p50, then p99)")
     ttft_p99_ms: PositiveFloat
     tpot_p95_ms: PositiveFloat
     e2e_p99_ms: PositiveFloat | None = None

@@ -38,4 +38,10 @@ def make_engine(system: AnySystem) -> Engine:
         from inferopt.engines.openai import OpenAIEngine
 
         return OpenAIEngine(system)
-    raise TypeError(f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem")
+    from inferopt.config.pooled import PooledSystem
+
+    if isinstance(system, PooledSystem):
+        from inferopt.engines.pooled import PooledEngine
+
+        return PooledEngine(system)
+    raise TypeError(f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem")

@@ -65,6 +65,14 @@ class _StartFailed(Exception):
 def vocab_size_of(system: AnySystem) -> int:
     if isinstance(system, (FakeSystem, OpenAISystem)):
         return system.vocab_size
+    from inferopt.config.pooled import PooledSystem
+
+    if isinstance(system, PooledSystem):   # prompts are built once for all pools: they must share a vocabulary
+        sizes = {vocab_size_of(p.system) for p in system.pools}
+        if len(sizes) != 1:
+            raise ValueError(f"pooled system {system.name!r}: its pools have different vocabularies {sorted(sizes)}; "
+                             "fix: serve one model (tokenizer) in every pool")
+        return sizes.pop()
     import json
 
     from inferopt.model.loading import resolve_model_dir

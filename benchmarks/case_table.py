@@ -1,0 +1,85 @@
+"""The seed's case reproduced in shape (SPEC E; issue 7 item 3): one mixed load (short interactive chats + long
+offline jobs), three batching strategies — static small batches (our `hf` engine), aggressive continuous
+batching (vLLM, large max-num-seqs, no chunked prefill), pooled + chunked prefill (an interactive and an
+offline vLLM pool routed by tenant) — measured one after another on the same request table, then decided
+in the seed's order: throughput first, then TTFT p50 and p99 against the SLO
+(`inferopt.validation.case_study.decide`).
+
+Prints the table (markdown) and the decision's steps; the LAST line is one JSON object:
+{"rows": [{"strategy", "throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p95_ms", "meets_slo", "verdict"}],
+ "chosen": name or null, "workload_hash": ..., "requests": n, "wall_s": ...}.
+Every request's record is under results/case/<time>/<strategy>/requests.jsonl. The numbers hold for this load
+on this machine only; re-measure when either changes.
+
+On this shared 2-core box wrap it in the vLLM lock (two vLLM servers run at once in the pooled strategy):
+  flock /tmp/inferopt-vllm.lock .venv/bin/python benchmarks/case_table.py
+Options: --case FILE (default configs/case/case.yaml), --scale F (every tenant's request count × F, same
+rates: a reduced run), --only NAME ... (a subset of strategies), --out DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from inferopt.config.case import CaseConfig, load_case
+from inferopt.validation.case_study import (
+    case_json,
+    case_requests,
+    decide,
+    format_table,
+    run_case,
+)
+
+
+def scaled(case: CaseConfig, factor: float) -> CaseConfig:
+    """The same case with every tenant's request count × `factor` (at least 2 each; rates unchanged)."""
+    if factor == 1.0:
+        return case
+    tenants = {name: t.model_copy(update={"workload": t.workload.model_copy(
+        update={"num_requests": max(2, round(t.workload.num_requests * factor))})})
+        for name, t in case.tenants.items()}
+    return case.model_copy(update={"tenants": tenants})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", default=str(ROOT / "configs/case/case.yaml"))
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--only", nargs="*", default=[])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    case = scaled(load_case(args.case), args.scale)
+    unknown = [s for s in args.only if s not in case.strategies]
+    if unknown:
+        ap.error(f"--only {unknown}: not strategies of {args.case}; choose from {list(case.strategies)}")
+    out = Path(args.out) if args.out else ROOT / "results" / "case" / time.strftime("%Y%m%d-%H%M%S")
+    table = case_requests(case)
+    counts = table["tenant"].value_counts().to_dict()
+    print(f"case {case.name}: {len(table)} requests {counts} over {table['arrival_offset_s'].max():.1f} s, "
+          f"workload {table.attrs['content_hash']}; records under {out}", flush=True)
+    t0 = time.monotonic()
+    rows, runs = run_case(case, out, only=tuple(args.only))
+    for r, run in zip(rows, runs):
+        where = f"failed at {run.failed_at}: {r.error}" if run.failed else f"{run.duration_s:.1f} s window"
+        print(f"  {r.strategy}: {r.requests} requests, {where}", flush=True)
+    decision = decide(rows, case.slo)
+    print()
+    print(format_table(rows, decision, case.slo))
+    result = case_json(rows, decision)
+    result.update({"workload_hash": table.attrs["content_hash"], "requests": len(table),
+                   "wall_s": round(time.monotonic() - t0, 1)})
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
