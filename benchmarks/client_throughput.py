@@ -19,7 +19,7 @@ divided by the sending window, first request start to last request end. For Guid
 `client_done_s` of each `ok` record.
 
 Then a constant-rate run of ours at 500 req/s: p99 of the send lag `sent_s - intended_s`, where `sent_s`
-is when aiohttp handed the request to the socket (see `inferopt.engines.openai`).
+is when the request was written to the socket (see `inferopt.client.http1`: the runner's send timer writes it).
 
 Last line of stdout: one JSON object with `ours_rps`, `guidellm_rps`, `ratio`, `p99_send_lag_ms_at_500rps`
 and context: ours on the standard asyncio loop instead of uvloop, our client CPU per request, request

@@ -35,6 +35,7 @@ class GenRequest:
 class TokenEvent:
     token_ids: tuple[int, ...]   # one chunk may carry several tokens
     server_s: float | None = None
+    received_s: float | None = None  # when the client read it off the socket (HTTP engines); else: when consumed
 
 
 @dataclass(frozen=True)

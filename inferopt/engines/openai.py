@@ -1,15 +1,17 @@
 """The `openai` engine: any OpenAI-compatible streaming endpoint (vLLM, SGLang, TGI, a gateway) over HTTP.
 
-One `aiohttp.ClientSession` per started engine, its connection pool bounded by `system.max_connections`
-(requests beyond it wait for a free connection — that wait counts as client time, see `SentEvent`).
+The timed requests go through `inferopt.client.http1.ConnectionPool` (keep-alive HTTP/1.1, h11 framing,
+at most `system.max_connections` connections; requests beyond it wait for a free one — that wait counts as
+client time, see `SentEvent`): `fire(request)` writes the request on an idle connection synchronously, from
+the load runner's send-timer callback, and every body chunk is stamped when it is read off the socket.
+Control requests (`/v1/models`, `/metrics`) use one `aiohttp.ClientSession`.
 Each request is one streamed POST to `/v1/completions` (or `/v1/chat/completions` with `api: chat`):
 the prompt as token ids, `max_tokens`, `stream_options: {include_usage, continuous_usage_stats}`,
 `priority` when the request has one (and `send_priority` is on), and header `X-Request-Id: <request_id>` — vLLM uses that header as
 its request id (`_base_request_id` in its OpenAI server; the engine-side id is `cmpl-<X-Request-Id>-<i>`,
 possibly with a suffix, so a join on server spans matches by prefix).
 
-Events: one `SentEvent` (the time the request body was handed to the socket, from aiohttp's trace
-hooks), then one `TokenEvent` per SSE chunk that carries tokens, then a `FinishEvent` with the
+Events: one `SentEvent` (the time the request was written to the socket), then one `TokenEvent` per SSE chunk that carries tokens, then a `FinishEvent` with the
 finish reason (and `cached_tokens` when usage reports `prompt_tokens_details`). Token counts: the ids in
 a chunk's `token_ids` when the server returns them (vLLM with `return_token_ids`, via `extra_body`),
 else the delta of `usage.completion_tokens` (continuous usage: a chunk may hold several tokens; ids are
@@ -38,7 +40,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import h11
 
+from inferopt.client.http1 import ConnectionFailed, ConnectionPool, Endpoint, ResponseStream, encode_request
 from inferopt.client.prometheus import scrape
 from inferopt.client.sse import SSEParser
 from inferopt.config import OpenAISystem
@@ -53,13 +57,6 @@ IDLE_CONNECTION_S = 4.0
 
 class OpenAIStreamError(RuntimeError):
     """The request failed (HTTP error, an error event, a broken stream): outcome `error`."""
-
-
-async def _on_sent(_session: object, ctx: Any, _params: object) -> None:
-    # headers (then each body chunk) about to be written: the last call is the moment the request left
-    holder = ctx.trace_request_ctx
-    if holder is not None:
-        holder[0] = now_s()
 
 
 def _dumps(obj: Any) -> bytes:
@@ -95,22 +92,23 @@ class OpenAIEngine:
         self.url = f"{system.base_url}/v1/{'chat/completions' if self.chat else 'completions'}"
         self.metrics_url: str | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._bodies: dict[str, bytes] = {}
+        self.endpoint = Endpoint.parse(system.base_url)
+        self._path = "/v1/chat/completions" if self.chat else "/v1/completions"
+        self._pool: ConnectionPool | None = None
+        self._wires: dict[str, bytes] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(_on_sent)
-        trace.on_request_chunk_sent.append(_on_sent)
         self._session = aiohttp.ClientSession(
             # idle connections are dropped before a server would (uvicorn, vLLM's server, closes them after
             # 5 s): reusing one the server just closed would turn into a spurious error record
             connector=aiohttp.TCPConnector(limit=self.system.max_connections, limit_per_host=0,
                                            keepalive_timeout=IDLE_CONNECTION_S),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30.0),
-            headers=self.system.headers, trace_configs=[trace], raise_for_status=False,
+            headers=self.system.headers, raise_for_status=False,
         )
+        self._pool = ConnectionPool(self.endpoint, self.system.max_connections, keepalive_s=IDLE_CONNECTION_S)
         try:
             await self._probe()
         except BaseException:
@@ -138,6 +136,9 @@ class OpenAIEngine:
             self.metrics_url = None
 
     async def stop(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -146,7 +147,8 @@ class OpenAIEngine:
         sysd = self.system.model_dump()
         sysd["headers"] = {k: "<set>" for k in self.system.headers}  # never log credentials
         return {"engine": "openai", **sysd, "url": self.url, "metrics_url": self.metrics_url,
-                "extra_body": self.extra_body, "client": f"aiohttp {aiohttp.__version__}"}
+                "extra_body": self.extra_body,
+                "client": f"inferopt http1 pool (h11 {h11.__version__}); control: aiohttp {aiohttp.__version__}"}
 
     async def server_metrics(self) -> dict[str, float]:
         """The server's Prometheus metrics as a flat dict; {} without a metrics endpoint or if it fails."""
@@ -160,9 +162,13 @@ class OpenAIEngine:
     # ------------------------------------------------------------------ one request
 
     def prepare(self, requests: list[GenRequest]) -> None:
-        """Encode the request bodies before the clock starts (the runner calls this; a request it did not
-        see is encoded when sent)."""
-        self._bodies = {r.request_id: self._body(r) for r in requests}
+        """Encode the requests (body and HTTP framing) before the clock starts (the runner calls this; a
+        request it did not see is encoded when sent)."""
+        self._wires = {r.request_id: self._wire(r) for r in requests}
+
+    def _wire(self, req: GenRequest) -> bytes:
+        headers = {**self.system.headers, "Content-Type": "application/json", "X-Request-Id": req.request_id}
+        return encode_request(self.endpoint, self._path, self._body(req), headers)
 
     def _body(self, req: GenRequest) -> bytes:
         body: dict[str, Any] = {
@@ -181,28 +187,46 @@ class OpenAIEngine:
         body.update(self.extra_body)
         return _dumps(body)
 
-    async def stream(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
-        if self._session is None:
-            raise RuntimeError("OpenAIEngine.stream() before start(); fix: await engine.start() first")
-        sent = [0.0]
-        body = self._bodies.pop(request.request_id, None) or self._body(request)
-        headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
-        async with self._session.post(self.url, data=body, headers=headers,
-                                      trace_request_ctx=sent) as resp:
-            yield SentEvent(sent[0] or now_s())
-            if resp.status != 200:
-                text = (await resp.text(errors="replace"))[:_ERROR_BODY_CHARS]
-                if resp.status in REJECT_CODES:
-                    from inferopt.client.retry import parse_retry_after_s
+    def fire(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+        """Send the request *now* — from the caller's own callback, no await in between (the load runner's
+        send timer calls this) — and return its events. On an idle pooled connection the bytes are on the
+        socket before this returns; otherwise the request goes out as soon as a connection is free."""
+        if self._pool is None:
+            raise RuntimeError("OpenAIEngine.fire() before start(); fix: await engine.start() first")
+        wire = self._wires.pop(request.request_id, None) or self._wire(request)
+        return self._events(self._pool.fire(wire), request)
 
-                    raise RequestRejected(f"HTTP {resp.status}: {text}", parse_retry_after_s(resp.headers.get("Retry-After")))
+    async def stream(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+        async for event in self.fire(request):
+            yield event
+
+    async def _events(self, resp: ResponseStream, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+        reported = resp.sent_s is not None
+        try:
+            if reported:                         # sent synchronously by fire(): say so at once
+                yield SentEvent(resp.sent_s)
+            try:
+                await resp.wait_headers()
+            except ConnectionFailed as exc:
+                raise OpenAIStreamError(f"no response from {self.url}: {exc}") from exc
+            if not reported and resp.sent_s is not None:   # it waited for a connection, then went out
+                yield SentEvent(resp.sent_s)
+            if resp.status != 200:
+                try:
+                    text = (await resp.read_all()).decode("utf-8", errors="replace")[:_ERROR_BODY_CHARS]
+                except ConnectionFailed:
+                    text = ""
+                if resp.status in REJECT_CODES:
+                    raise RequestRejected(f"HTTP {resp.status}: {text}")
                 hint = ("; fix: start the server with --scheduling-policy priority, or set send_priority: false"
                         if "priority" in text.lower() else "")
                 raise OpenAIStreamError(f"HTTP {resp.status} from {self.url}: {text}{hint}")
-            async for event in self._events(resp, request):
+            async for event in self._sse_events(resp):
                 yield event
+        finally:
+            resp.close()   # a response not read to its end drops its connection
 
-    async def _events(self, resp: aiohttp.ClientResponse, request: GenRequest) -> AsyncIterator[TokenEvent | FinishEvent]:
+    async def _sse_events(self, resp: ResponseStream) -> AsyncIterator[TokenEvent | FinishEvent]:
         parser = SSEParser()
         counted = 0              # tokens yielded so far
         usage_total: int | None = None
@@ -210,11 +234,17 @@ class OpenAIEngine:
         cached = 0
         done = False
         chat = self.chat
-        try:
-            async for data in resp.content.iter_any():
+        while True:
+            try:
+                chunks = await resp.next_chunks()
+            except ConnectionFailed as exc:
+                raise OpenAIStreamError(f"connection lost mid-stream after {counted} tokens: {exc}") from exc
+            if chunks is None:
+                break
+            for received_s, data in chunks:
                 for ev in parser.feed(data):
                     if done:
-                        continue   # nothing counts after [DONE]; read on to EOF so the connection is reused
+                        continue   # nothing counts after [DONE]
                     if ev.is_done:
                         done = True
                         continue
@@ -246,17 +276,13 @@ class OpenAIEngine:
                         cached = int(details.get("cached_tokens") or cached)
                     if ids:
                         counted += len(ids)
-                        yield TokenEvent(tuple(ids))
+                        yield TokenEvent(tuple(ids), received_s=received_s)
                     elif usage_total is not None and usage_total > counted:
                         n, counted = usage_total - counted, usage_total
-                        yield TokenEvent((-1,) * n)
+                        yield TokenEvent((-1,) * n, received_s=received_s)
                     elif text and usage is None:
                         counted += 1   # a server without continuous usage: one token per text chunk
-                        yield TokenEvent((-1,))
-        except aiohttp.ClientPayloadError as exc:
-            raise OpenAIStreamError(f"connection lost mid-stream after {counted} tokens: {exc}") from exc
-        except aiohttp.ClientConnectionError as exc:
-            raise OpenAIStreamError(f"connection lost mid-stream after {counted} tokens: {type(exc).__name__}: {exc}") from exc
+                        yield TokenEvent((-1,), received_s=received_s)
         if not done and finish_reason is None:
             raise OpenAIStreamError(f"the stream ended without [DONE] or a finish reason after {counted} tokens "
                                     "(server closed the connection mid-stream)")

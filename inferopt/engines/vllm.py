@@ -78,6 +78,7 @@ class VLLMEngine:
         self._stopped = False
         self._warmup_since_reset = False
         self._cmd: list[str] = []
+        self._gauges: Any = None   # GaugePoller: peak KV usage / running sequences per scrape window
 
     @property
     def base_url(self) -> str:
@@ -138,6 +139,9 @@ class VLLMEngine:
             metrics_url=f"{self.base_url}/metrics", max_connections=s.max_connections,
             send_priority=s.scheduling_policy == "priority"), extra_body={"return_token_ids": True})
         await self._client.start()
+        from inferopt.measure.server_gauges import GaugePoller
+
+        self._gauges = GaugePoller(f"{self.base_url}/metrics").start()
         return startup_s, reset
 
     async def _get(self, path: str, timeout_s: float = 5.0) -> tuple[int, str]:
@@ -201,6 +205,9 @@ class VLLMEngine:
     async def stop(self) -> None:
         """Close the client, end the server's process group (SIGTERM, then SIGKILL after `STOP_GRACE_S`),
         stop the span receiver. Idempotent; never raises for an already-dead server."""
+        gauges, self._gauges = self._gauges, None
+        if gauges is not None:
+            await gauges.stop()
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):   # stopping must not fail
@@ -220,13 +227,26 @@ class VLLMEngine:
         """`/metrics` as `vllm_metrics` flattens it. If warm-up requests ran since the last prefix-cache
         reset, the cache is reset first: the runner scrapes right after its warm-ups, just before the
         measured clock starts, and warm-ups replay the workload's first prompts — a cache they primed
-        would serve the measured requests (SPEC V4, pre-warmed caches)."""
+        would serve the measured requests (SPEC V4, pre-warmed caches).
+
+        Each call also closes a window of the gauge poller: `info()["server_gauge_peaks"]` holds the peaks
+        (KV usage, running and waiting sequences) since the previous call — after the runner's second
+        scrape, those of the measured load — and `info()["kv_cache_report"]` what vLLM says about its KV
+        cache (cache_config_info labels, the start-up log's KV size line), for the locate step."""
         if self._client is None:
             return {}
         if self._warmup_since_reset:
             self._warmup_since_reset = False
             await self.reset_prefix_cache()
-        return vllm_metrics(await self._client.server_metrics())
+        raw = await self._client.server_metrics()
+        if self._gauges is not None:
+            self._info["server_gauge_peaks"] = self._gauges.take()
+        if "kv_cache_report" not in self._info:
+            from inferopt.analysis.kv_vllm import cache_config_from_metrics, parse_kv_log
+
+            log = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+            self._info["kv_cache_report"] = {"cache_config": cache_config_from_metrics(raw), "log": parse_kv_log(log)}
+        return vllm_metrics(raw)
 
     # ------------------------------------------------------------------ requests
 
@@ -235,12 +255,17 @@ class VLLMEngine:
         if self._client is not None:
             self._client.prepare(requests)
 
-    async def stream(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+    def fire(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+        """Send now and return the events (the load runner calls this from its send timer; see
+        OpenAIEngine.fire)."""
         if self._client is None:
-            raise RuntimeError("VLLMEngine.stream() before start() (or after stop()); fix: await engine.start() first")
+            raise RuntimeError("VLLMEngine.fire() before start() (or after stop()); fix: await engine.start() first")
         if request.request_id.startswith(WARMUP_PREFIX):
             self._warmup_since_reset = True
-        async for event in self._client.stream(request):
+        return self._client.fire(request)
+
+    async def stream(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+        async for event in self.fire(request):
             yield event
 
     async def server_timings(self, request_ids: list[str], wait_s: float = SPAN_WAIT_S) -> dict[str, ServerTimings]:

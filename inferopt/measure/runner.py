@@ -65,12 +65,15 @@ def materialize(table: pd.DataFrame, vocab_size: int, prompt_seed: int = 0) -> l
 
 
 async def send_one(engine: Engine, req: GenRequest, intended_s: float, timeout_s: float, tags: RunTags,
-                   warmup: bool = False) -> RequestRecord:
+                   warmup: bool = False, fired: Any = None) -> RequestRecord:
     """Send one request, collect its tokens; always returns a record, never raises.
 
-    `sent_s` is the engine's `SentEvent` when it yields one (HTTP: the request handed to the socket),
+    `fired`: what `engine.fire(req)` returned (its event iterator, or the exception it raised) when the
+    runner already sent the request from its timer callback; else `stream` is called here.
+    `sent_s` is the engine's `SentEvent` when it yields one (HTTP: the request written to the socket),
     else the moment `stream` was called. Each received chunk adds one `client_chunk_s`/`client_chunk_tokens`
-    entry and one `client_token_s` entry per token in it (all at the chunk's receive time).
+    entry and one `client_token_s` entry per token in it, at the chunk's receive time (the event's
+    `received_s` when the engine stamps it off the socket, else when it is consumed here).
     """
     rec = RequestRecord(
         request_id=req.request_id, outcome="error", input_len=len(req.prompt_token_ids),
@@ -83,9 +86,11 @@ async def send_one(engine: Engine, req: GenRequest, intended_s: float, timeout_s
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + max(0.0, intended_s + timeout_s - now_s())):
             rec.sent_s = now_s()
-            async for event in engine.stream(req):
+            if isinstance(fired, BaseException):
+                raise fired
+            async for event in (fired if fired is not None else engine.stream(req)):
                 if isinstance(event, TokenEvent):
-                    t = now_s()
+                    t = event.received_s if event.received_s is not None else now_s()
                     n = len(event.token_ids)
                     if n:
                         chunk_s.append(t)
@@ -130,7 +135,9 @@ async def run_open_loop(
 
     Send-time precision: sends are started by a timer callback (`inferopt.client.timer`: a timerfd,
     ~0.1 ms and no spinning, where the OS has one; else the loop's timer, ~1 ms) that starts every request
-    that is due and re-arms itself for the next one. An engine with a `prepare(requests)` method
+    that is due and re-arms itself for the next one; an engine with a `fire(request)` method (HTTP) is
+    sent to inside that callback, so the request is on the socket before the loop does anything else.
+    An engine with a `prepare(requests)` method
     gets every request before the clock starts (HTTP engines encode their bodies there, as prompts are
     built here). Objects alive before the clock starts are frozen out of the garbage collector's scans so
     collections during the run stay short.
@@ -155,8 +162,8 @@ async def run_open_loop(
             sink.write(rec)
         return rec
 
-    async def _timed(req: GenRequest, intended: float) -> None:
-        _finish(await send_one(engine, req, intended, timeout_s, tags))
+    async def _timed(req: GenRequest, intended: float, fired: Any) -> None:
+        _finish(await send_one(engine, req, intended, timeout_s, tags, fired=fired))
 
     gc.collect()
     gc.freeze()
@@ -168,6 +175,7 @@ async def run_open_loop(
     all_started: asyncio.Future[None] = loop.create_future()
     timer = make_timer(loop)
     nxt = 0
+    fire = getattr(engine, "fire", None)   # HTTP engines send right here, in the timer callback
 
     def _dispatch() -> None:
         # start every request that is due, then wake up again for the next one
@@ -175,7 +183,13 @@ async def run_open_loop(
         try:
             now = now_s()
             while nxt < len(requests) and intended_s[nxt] <= now:
-                tasks.append(loop.create_task(_timed(requests[nxt], intended_s[nxt])))
+                fired: Any = None
+                if fire is not None:
+                    try:
+                        fired = fire(requests[nxt])
+                    except Exception as exc:  # noqa: BLE001 - becomes the request's error record
+                        fired = exc
+                tasks.append(loop.create_task(_timed(requests[nxt], intended_s[nxt], fired)))
                 nxt += 1
             if nxt < len(requests):
                 timer.arm(intended_s[nxt], _dispatch)

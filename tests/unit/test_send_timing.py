@@ -54,6 +54,46 @@ def test_sent_event_and_chunk_records() -> None:
         assert r.output_len == 5 and r.finish_reason == "length"
 
 
+class _FiringEngine(_ChunkyEngine):
+    """Has `fire`: the runner must call it from its timer callback (no loop pass in between) and use the
+    chunks' own receive stamps; one request's fire raises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fired_s: dict[str, float] = {}
+        self.streamed = 0
+
+    def fire(self, req: GenRequest):
+        self.fired_s[req.request_id] = t = now_s()
+        if req.request_id == "r-2":
+            raise ConnectionError("refused at send")
+
+        async def events():
+            yield SentEvent(t)
+            yield TokenEvent((7,), received_s=t + 0.0005)
+            await asyncio.sleep(0.003)
+            yield FinishEvent(ServerTimings(finish_reason="stop"))
+        return events()
+
+    async def stream(self, req: GenRequest):
+        self.streamed += 1
+        async for ev in self.fire(req):
+            yield ev
+
+
+def test_fire_is_called_in_the_timer_callback_and_its_stamps_are_kept() -> None:
+    engine = _FiringEngine()
+    res = asyncio.run(run_open_loop(engine, _table(5), vocab_size=50, timeout_s=5))
+    recs = {r.request_id: r for r in res.records}
+    assert len(recs) == 5 and engine.streamed == 0 and set(engine.fired_s) == set(recs)
+    assert recs["r-2"].outcome == "error" and "refused at send" in recs["r-2"].error
+    for rid, r in recs.items():
+        assert r.intended_s <= engine.fired_s[rid]
+        if rid != "r-2":
+            assert r.outcome == "ok" and r.sent_s == engine.fired_s[rid]
+            assert r.client_chunk_s == [r.sent_s + 0.0005]   # the engine's receive stamp, not the consume time
+
+
 @pytest.mark.parametrize("kind", ["loop", "precise"])
 def test_timers_never_fire_early_and_rearm_replaces(kind: str) -> None:
     if kind == "precise" and not PreciseTimer.available():
