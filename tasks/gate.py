@@ -1,5 +1,6 @@
 """Prefect task for step 6 (gate): the sliced quality suite with paired CIs, output drift, and cost per
-successful task — every table an MLflow artifact of the `6-gate` child run."""
+successful task — every table an MLflow artifact of the `6-gate` child run. `gate.json` and the
+`inferopt.quality.path.<arm>` tags say how each arm was evaluated (served / in-memory / in-memory proxy)."""
 
 from __future__ import annotations
 
@@ -52,14 +53,16 @@ def gate_task(candidate: CandidateConfig, ablation: AblationResult, located: Loc
                         drift={"served": served, "next_token": drift}, cost=costs, cost_status=c_status,
                         cost_reasons=c_reasons)
     tracker.json({"quality": {"status": q_status, "required": choice.quality_gate_required, "reasons": q_reasons,
-                              "suite": {"status": suite.status, "model": suite.model,
+                              "suite": {"status": suite.status, "model": suite.model, "paths": suite.paths,
+                                        "evaluated": suite.evaluated, "skipped_tasks": suite.skipped_tasks,
                                         "task_success_rate": suite.task_success_rate},
                               **result.drift},
                   "cost": {"status": c_status, "reasons": c_reasons}}, "gate.json", STEP)
     flat = {f"served.{k}": v for k, v in served.items()} | {f"next_token.{k}": v for k, v in drift.items()}
     flat |= {f"task_success_rate.{arm}": v for arm, v in suite.task_success_rate.items()}
     tracker.metrics(flat, STEP)
-    tracker.tags({"inferopt.quality": q_status, "inferopt.quality.suite": suite.status, "inferopt.cost": c_status}, STEP)
+    tracker.tags({"inferopt.quality": q_status, "inferopt.quality.suite": suite.status, "inferopt.cost": c_status}
+                 | {f"inferopt.quality.path.{arm}": path for arm, path in suite.paths.items() if path}, STEP)
     for line in q_reasons + c_reasons:
         print(f"[gate] {line}")
     tracker.finish(STEP)

@@ -3,22 +3,30 @@
 In-memory (`run_in_memory`): an already-loaded model object goes to `HFLM(pretrained=model)`, so quantized
 weights or a KV-cache variant are evaluated exactly as they are served in-process. Served
 (`run_served`): lm-eval's `local-completions` against an OpenAI-compatible endpoint (vLLM arms), with token
-ids and prompt log-probabilities so log-likelihood tasks match the in-memory path.
+ids and prompt log-probabilities (`echo` + `logprobs`) so log-likelihood tasks match the in-memory path.
+Served, each task runs on its own: a task the endpoint cannot serve (no prompt log-probabilities for
+multiple choice, no tokenizer, a request it refuses) is listed in `SuiteResult.skipped` with the reason,
+and the other tasks still count — never silently dropped.
 
 Both return `SuiteResult`: lm-eval's own aggregate results (logged as-is) plus `samples`, one row per
-(document, metric) with the document's slice — the input of the paired per-slice statistics in `sliced.py`.
+(document, metric) with the document's slice and the model's answer — the input of the paired per-slice
+statistics in `sliced.py`.
 
-Deliberately not here: statistics (sliced.py), model loading and quantization (engines / ablation arms).
+Deliberately not here: statistics (sliced.py), model loading and quantization (engines / ablation arms),
+launching servers (served.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import os
 import sys
-from dataclasses import dataclass
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +34,14 @@ import pandas as pd
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
 SUITE = ("inferopt_arith", "inferopt_kv", "inferopt_tool", "inferopt_mc")
+LOGLIKELIHOOD_TASKS = frozenset({"inferopt_mc"})   # scored from the choices' log-likelihoods (output_type multiple_choice)
 
 
 @dataclass
 class SuiteResult:
     results: dict[str, Any]     # lm-eval's `results` (per task aggregates, analytic stderr)
-    samples: pd.DataFrame       # doc_id, id, task, lang, context, risk, metric, value (+ mc columns)
+    samples: pd.DataFrame       # doc_id, id, task, lang, context, risk, metric, value, response (+ mc columns)
+    skipped: dict[str, str] = field(default_factory=dict)   # task -> why it could not run (served only)
 
 
 def _offline_env() -> None:
@@ -53,7 +63,7 @@ def samples_frame(samples: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
             sl = doc["slice"]
             base = {"task_name": task, "doc_id": s["doc_id"], "id": doc["id"], "task": sl["task"], "lang": sl["lang"],
                     "context": sl["context"], "risk": sl["risk"]}
-            extra: dict[str, Any] = {}
+            extra: dict[str, Any] = {"response": None}
             if doc.get("choices"):
                 lls = [float(r[0]) if isinstance(r, (list, tuple)) else float(r) for r in s["filtered_resps"]]
                 m = max(lls)
@@ -61,21 +71,28 @@ def samples_frame(samples: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
                 z = sum(ps)
                 ps = [p / z for p in ps]
                 gold = int(doc["gold"])
-                extra = {"p_gold": ps[gold], "p_max": max(ps), "pred": int(max(range(len(ps)), key=ps.__getitem__)),
-                         "gold": gold}
+                pred = int(max(range(len(ps)), key=ps.__getitem__))
+                extra = {"p_gold": ps[gold], "p_max": max(ps), "pred": pred, "gold": gold, "response": str(pred)}
+            elif s.get("filtered_resps"):
+                first = s["filtered_resps"][0]
+                extra["response"] = str(first[0] if isinstance(first, (list, tuple)) else first)
             for metric in ("exact", "json_valid", "args_exact", "numbers_exact", "acc"):
                 if metric in s:
                     rows.append({**base, **extra, "metric": metric, "value": float(s[metric])})
     return pd.DataFrame(rows)
 
 
-def _evaluate(lm: Any, tasks: tuple[str, ...], limit: int | None, data_dir: str | None) -> SuiteResult:
-    _offline_env()
-    from lm_eval import simple_evaluate
+def _task_manager(data_dir: str | None) -> Any:
     from lm_eval.tasks import TaskManager
 
-    metadata = {"data_dir": data_dir} if data_dir else None
-    tm = TaskManager(include_path=str(TASK_DIR), metadata=metadata)
+    return TaskManager(include_path=str(TASK_DIR), metadata={"data_dir": data_dir} if data_dir else None)
+
+
+def _evaluate(lm: Any, tasks: tuple[str, ...], limit: int | None, data_dir: str | None, tm: Any = None) -> SuiteResult:
+    _offline_env()
+    from lm_eval import simple_evaluate
+
+    tm = tm or _task_manager(data_dir)
     # lm-eval's progress bars (stderr) would drown the flow's own lines: keep them, show them only on failure
     captured = io.StringIO()
     try:
@@ -99,13 +116,69 @@ def run_in_memory(model: Any, tokenizer: Any, *, tasks: tuple[str, ...] = SUITE,
     return _evaluate(lm, tasks, limit, data_dir)
 
 
-def run_served(base_url: str, served_model: str, tokenizer_dir: str, *, tasks: tuple[str, ...] = SUITE,
-               limit: int | None = None, data_dir: str | None = None, concurrency: int = 4) -> SuiteResult:
-    """Evaluate an OpenAI-compatible server (e.g. a vLLM arm) with lm-eval's `local-completions`."""
+def _post_json(url: str, body: dict[str, Any], timeout_s: float = 60.0) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:  # noqa: S310 - a local or configured endpoint
+        return json.loads(r.read().decode())
+
+
+def prompt_logprobs_check(base_url: str, served_model: str, prompt_ids: list[int]) -> str | None:
+    """None when `/v1/completions` returns a log-probability for every prompt token (`echo` + `logprobs`,
+    what lm-eval's `local-completions` scores choices with); otherwise why not."""
+    body = {"model": served_model, "prompt": prompt_ids, "max_tokens": 1, "logprobs": 1, "echo": True, "temperature": 0}
+    try:
+        out = _post_json(f"{base_url.rstrip('/')}/v1/completions", body)
+        lps = out["choices"][0]["logprobs"]["token_logprobs"]
+    except urllib.error.HTTPError as exc:
+        return f"the endpoint refused echo+logprobs (HTTP {exc.code}: {exc.read()[:200].decode('utf-8', 'replace')})"
+    except (OSError, KeyError, IndexError, TypeError, ValueError) as exc:
+        return f"no prompt log-probabilities from echo+logprobs ({type(exc).__name__}: {exc})"
+    scored = [x for x in lps[1:len(prompt_ids)] if x is not None]
+    if len(lps) < len(prompt_ids) or len(scored) < len(prompt_ids) - 1:
+        return (f"echo+logprobs returned {len(scored)} log-probabilities for a {len(prompt_ids)}-token prompt "
+                "(multiple choice needs one per prompt token)")
+    return None
+
+
+def run_served(base_url: str, served_model: str, tokenizer_dir: str | None, *, tasks: tuple[str, ...] = SUITE,
+               limit: int | None = None, data_dir: str | None = None, concurrency: int = 4,
+               max_length: int = 512) -> SuiteResult:
+    """Evaluate an OpenAI-compatible server (e.g. a vLLM arm) with lm-eval's `local-completions`, task by task.
+
+    `tokenizer_dir`: the served model's tokenizer (prompts go as token ids, scored exactly like the
+    in-memory path); None = the server's own `/tokenize` if it has one, else text prompts and no
+    log-likelihood tasks. Tasks that cannot run are in `skipped` with the reason."""
     _offline_env()
     from lm_eval.models.openai_completions import LocalCompletionsAPI
+    from lm_eval.utils import check_remote_tokenizer_support
 
-    lm = LocalCompletionsAPI(base_url=f"{base_url.rstrip('/')}/v1/completions", model=served_model,
-                             tokenizer=tokenizer_dir, tokenizer_backend="huggingface", tokenized_requests=True,
-                             add_bos_token=True, num_concurrent=concurrency, max_length=512)
-    return _evaluate(lm, tasks, limit, data_dir)
+    url = f"{base_url.rstrip('/')}/v1/completions"
+    if tokenizer_dir is not None:
+        backend = "huggingface"
+    else:
+        backend = "remote" if check_remote_tokenizer_support(url) else "none"
+    lm = LocalCompletionsAPI(base_url=url, model=served_model, tokenizer=tokenizer_dir, tokenizer_backend=backend,
+                             tokenized_requests=backend != "none", add_bos_token=True, num_concurrent=concurrency,
+                             max_length=max_length)
+    skipped: dict[str, str] = {}
+    want_ll = [t for t in tasks if t in LOGLIKELIHOOD_TASKS]
+    if want_ll:
+        if backend == "none":
+            why = "no tokenizer (none configured and the endpoint has no /tokenize): choices cannot be scored token by token"
+        else:
+            why = prompt_logprobs_check(base_url, served_model, list(lm.tok_encode("larger: 1 2 -> 2")))
+        if why:
+            skipped.update({t: why for t in want_ll})
+    tm = _task_manager(data_dir)
+    results: dict[str, Any] = {}
+    frames: list[pd.DataFrame] = []
+    for task in (t for t in tasks if t not in skipped):
+        try:
+            res = _evaluate(lm, (task,), limit, data_dir, tm)
+        except Exception as exc:  # noqa: BLE001 - one task the endpoint cannot serve is recorded, the rest still run
+            skipped[task] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            continue
+        results.update(res.results)
+        frames.append(res.samples)
+    samples = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return SuiteResult(results=results, samples=samples, skipped=skipped)
