@@ -1,12 +1,13 @@
-"""Prefect task for step 5 (validate): the candidate under steady and burst load, judged on the SLOs."""
+"""Prefect task for step 5 (validate): the candidate through its scenarios (steady, burst, overload, node
+failure), each judged on the SLOs and on fairness/starvation, with reasons; tables and verdicts to MLflow."""
 
 from __future__ import annotations
 
 from prefect import task
 
 from inferopt.config import CandidateConfig
-from inferopt.validation.scenarios import ScenarioResult, scenario_table, validate
 from inferopt.report import plots
+from inferopt.validation.scenarios import ScenarioResult, scenario_table, validate
 from tasks.tracking import Tracker, log_records
 
 STEP = "5-validate"
@@ -17,15 +18,26 @@ def validate_task(candidate: CandidateConfig, tracker: Tracker, arm: str = "cand
     tracker.child(STEP, tags={"inferopt.step": "validate", "inferopt.arm": arm})
     system = candidate.candidate_system if arm == "candidate" else candidate.baseline
     tracker.params({"arm": arm, "slo": candidate.slo.model_dump(mode="json"),
-                    "scenarios": [s.model_dump(mode="json") for s in candidate.validation.scenarios]}, STEP)
+                    "scenarios": [s.model_dump(mode="json") for s in candidate.validation.scenarios],
+                    "fairness": candidate.validation.fairness.model_dump(mode="json")}, STEP)
     results = validate(system, candidate.workload, candidate.validation.scenarios, candidate.slo, tracker.dir_for(STEP),
-                       arm=arm, run_tag=tracker.parent_run_id, warmup_requests=candidate.measure.warmup_requests)
+                       arm=arm, run_tag=tracker.parent_run_id, warmup_requests=candidate.measure.warmup_requests,
+                       fairness=candidate.validation.fairness)
     table = scenario_table(results)
     tracker.table(table, "scenarios.parquet", STEP)
+    verdicts = {}
     for r in results:
-        tracker.metrics({f"{r.scenario.name}.{k}": v for k, v in r.metrics.items()}, STEP)
-        print(f"[validate] {r.scenario.name}: {'pass' if r.passed else 'FAIL'} — " + "; ".join(r.reasons))
-    runs = [r.run for r in results if not r.run.failed]
+        name = r.scenario.name
+        tracker.metrics({f"{name}.{k}": v for k, v in r.metrics.items()} | {f"{name}.passed": float(r.passed)}, STEP)
+        for tname, t in r.tables.items():   # fairness, queue growth, attempts, failure segments, ...
+            if len(t):
+                tracker.table(t, f"{name}.{tname}.parquet", STEP)
+        verdicts[name] = {"kind": r.scenario.kind, "passed": r.passed, "reasons": r.reasons,
+                          "starved": r.fairness.starved if r.fairness else []}
+        print(f"[validate] {name} ({r.scenario.kind}): {'pass' if r.passed else 'FAIL'} — " + "; ".join(r.reasons))
+    tracker.json(verdicts, "scenario_verdicts.json", STEP)
+    tracker.tags({f"inferopt.scenario.{n}": "pass" if v["passed"] else "fail" for n, v in verdicts.items()}, STEP)
+    runs = [run for r in results for run in (r.run, *r.extra_runs) if not run.failed]
     log_records(tracker, [rec for run in runs for rec in run.records], STEP)
     if runs:
         import pandas as pd

@@ -3,7 +3,8 @@ behaves: bounded attempts, the server's `Retry-After` honoured when it sends one
 backoff with full jitter — and every attempt kept.
 
 `RetryingEngine(engine, policy)` wraps any engine (the `Engine` protocol) and is driven by the load runner
-like the engine itself. For each request it calls the inner engine's `stream`; when an attempt ends in
+like the engine itself. For each request it calls the inner engine's `fire` (send now; HTTP engines have
+it) or `stream`; when an attempt ends in
 `RequestRejected` before any token arrived it waits (`retry_wait_s`) and tries again, up to
 `max_attempts`. The request's own record (written by the runner) carries the *final* outcome, with
 latency still counted from the intended send time, so the waiting shows up in TTFT (as send lag: the
@@ -119,7 +120,19 @@ class RetryingEngine:
     def info(self) -> dict[str, Any]:
         return {**self.inner.info(), "client_retry": vars(self.policy).copy()}
 
-    async def stream(self, request: GenRequest) -> AsyncIterator[Any]:
+    def _send(self, request: GenRequest) -> AsyncIterator[Any]:
+        """One attempt's events: through the inner engine's `fire` (sends now) when it has one."""
+        fire = getattr(self.inner, "fire", None)
+        return fire(request) if fire is not None else self.inner.stream(request)
+
+    def fire(self, request: GenRequest) -> AsyncIterator[Any]:
+        """The load runner's send-now entry: the first attempt leaves at once, retries when they are due."""
+        return self._attempts(request, self._send(request))
+
+    def stream(self, request: GenRequest) -> AsyncIterator[Any]:
+        return self._attempts(request, None)
+
+    async def _attempts(self, request: GenRequest, first: AsyncIterator[Any] | None) -> AsyncIterator[Any]:
         rng = random.Random(f"{self.policy.seed}:{request.request_id}")
         waited_s = 0.0
         attempt = 0
@@ -128,8 +141,9 @@ class RetryingEngine:
             rec = AttemptRecord(request.request_id, attempt, start_s=now_s())
             self.attempts.append(rec)
             tokens_seen = False
+            events = first if first is not None and attempt == 1 else self._send(request)
             try:
-                async for event in self.inner.stream(request):
+                async for event in events:
                     tokens_seen = tokens_seen or isinstance(event, TokenEvent)
                     yield event
                 rec.outcome = "ok"

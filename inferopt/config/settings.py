@@ -13,6 +13,7 @@ from pydantic import (
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
+    field_validator,
     model_validator,
 )
 
@@ -87,12 +88,66 @@ class AblationSettings(Frozen):
         return self.alpha / len(self.look_repeats)
 
 
+class RetrySettings(Frozen):
+    """Opt-in client retry of rejected requests (HTTP 429/503), as a real caller would (`inferopt.client.retry`):
+    bounded attempts, the server's Retry-After honoured, else exponential backoff with full jitter."""
+
+    max_attempts: PositiveInt = Field(default=3, description="attempts in all, the first included")
+    base_backoff_s: NonNegativeFloat = 0.25
+    max_backoff_s: NonNegativeFloat = 4.0
+    jitter: Literal["full", "none"] = "full"
+    honour_retry_after: bool = True
+    max_retry_after_s: NonNegativeFloat = Field(default=30.0, description="a longer Retry-After ends the retries")
+    budget_s: PositiveFloat | None = Field(default=None, description="total waiting per request across its retries")
+
+
+_KIND_FIELDS = {"admission_limit": "overload", "compare_unbounded": "overload", "replicas": "node_failure",
+                "kill_at_s": "node_failure", "kill_replica": "node_failure", "max_recovery_s": "node_failure"}
+
+
 class ScenarioConfig(Frozen):
+    """One validation scenario (`inferopt.validation`): steady, burst, overload (admission control vs an
+    unbounded queue) or node_failure (replicas behind nginx, one killed mid-run)."""
+
     name: str
-    kind: Literal["steady", "burst"]
-    rate_scale: PositiveFloat = Field(default=1.0, description="multiplies the workload's arrival rate")
+    kind: Literal["steady", "burst", "overload", "node_failure"]
+    rate_scale: PositiveFloat = Field(default=1.0, description="multiplies the workload's arrival rate (overload: "
+                                      "above capacity, e.g. 4)")
     burstiness: PositiveFloat = Field(default=8.0, description="CV² of gaps for kind=burst")
     num_requests: PositiveInt | None = None
+    retry: RetrySettings | None = Field(default=None, description="client retries of rejected requests; None = none")
+    admission_limit: PositiveInt | None = Field(
+        default=None, description="overload: queue bound of the admission-controlled run (hf/fake: batching.max_queue, "
+                                  "vllm: max_num_queued_reqs); None = the system's own")
+    compare_unbounded: bool = Field(default=True, description="overload: also replay the load with no queue bound "
+                                    "(shows the p99 blow-up; not judged)")
+    replicas: int = Field(default=2, ge=2, le=8, description="node_failure: engine replicas behind the load balancer")
+    kill_at_s: PositiveFloat = Field(default=5.0, description="node_failure: SIGKILL one replica this long after the first measured send")
+    kill_replica: int = Field(default=0, ge=0, description="node_failure: which replica (0-based) is killed")
+    max_recovery_s: PositiveFloat = Field(default=10.0, description="node_failure: longest tolerated time for the "
+                                          "failure rate to return to baseline after the kill")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> ScenarioConfig:
+        for name in sorted(self.model_fields_set & _KIND_FIELDS.keys()):
+            # a dumped config sets every field: only a value off its default is misplaced
+            if _KIND_FIELDS[name] != self.kind and getattr(self, name) != type(self).model_fields[name].default:
+                raise ValueError(f"scenario {self.name!r}: `{name}` applies to kind: {_KIND_FIELDS[name]}, not "
+                                 f"{self.kind}; fix: remove it or set kind: {_KIND_FIELDS[name]}")
+        if self.kill_replica >= self.replicas:
+            raise ValueError(f"scenario {self.name!r}: kill_replica={self.kill_replica} but only {self.replicas} "
+                             f"replicas (0-based); fix: kill_replica < replicas")
+        return self
+
+
+class FairnessSettings(Frozen):
+    """Starvation thresholds of the fairness check run on every scenario (SPEC V5, `inferopt.validation.fairness`)."""
+
+    max_wait_ms: PositiveFloat | None = Field(default=None, description="a tenant/priority whose longest wait exceeds "
+                                              "this starves; None = 3 x the SLO's TTFT p99")
+    min_share_ratio: float = Field(default=0.5, gt=0.0, le=1.0, description="served share / offered share below this starves")
+    min_requests: PositiveInt = Field(default=5, description="the share rule needs this many requests offered by the group")
+    fail_on_starvation: bool = Field(default=True, description="a starved group fails the scenario (else it is only flagged)")
 
 
 class ValidationSettings(Frozen):
@@ -100,6 +155,15 @@ class ValidationSettings(Frozen):
         ScenarioConfig(name="steady", kind="steady"),
         ScenarioConfig(name="burst", kind="burst"),
     )
+    fairness: FairnessSettings = FairnessSettings()
+
+    @field_validator("scenarios")
+    @classmethod
+    def _unique(cls, value: tuple[ScenarioConfig, ...]) -> tuple[ScenarioConfig, ...]:
+        names = [s.name for s in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"scenario names must be unique (they key the metrics), got {names}; fix: rename one")
+        return value
 
 
 class GateSettings(Frozen):

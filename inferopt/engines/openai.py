@@ -217,7 +217,10 @@ class OpenAIEngine:
                 except ConnectionFailed:
                     text = ""
                 if resp.status in REJECT_CODES:
-                    raise RequestRejected(f"HTTP {resp.status}: {text}")
+                    from inferopt.client.retry import parse_retry_after_s
+
+                    after = next((v.decode("latin-1") for k, v in resp.headers if k.lower() == b"retry-after"), None)
+                    raise RequestRejected(f"HTTP {resp.status}: {text}", parse_retry_after_s(after))
                 hint = ("; fix: start the server with --scheduling-policy priority, or set send_priority: false"
                         if "priority" in text.lower() else "")
                 raise OpenAIStreamError(f"HTTP {resp.status} from {self.url}: {text}{hint}")

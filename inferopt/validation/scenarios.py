@@ -7,33 +7,36 @@ arrivals of the given burstiness (CV² of the gaps) at the same mean rate. A rep
 through its `time_scale` (rate × k = gaps ÷ k); its `burst` scenario keeps the trace's rows (lengths,
 tenants, prefixes) and re-times them with seeded gamma arrivals at the trace's mean rate × `rate_scale`.
 
-Deliberately not here: overload and node failure (they need a served engine with admission control and
-replicas) and fairness analysis.
+`overload` and `node_failure` keep the workload's arrival process at the scaled rate, like `steady`, and
+run in their own modules (`overload.py`: admission control vs an unbounded queue; `node_failure.py`:
+replicas behind nginx, one killed mid-run). Every scenario's judged run also gets the fairness and
+starvation check (`judge.judge_fairness`, SPEC V5), and may use the opt-in client retry policy (`retry`).
+
+Deliberately not here: the SLO/fairness checks (`judge.py`, `fairness.py`) and the overload and node-failure
+mechanics.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from inferopt.config import FakeSystem, GammaArrivals, HFSystem, ScenarioConfig, SLOConfig, WorkloadConfig
+from inferopt.config import AnySystem, GammaArrivals, ScenarioConfig, SLOConfig, WorkloadConfig
+from inferopt.config.settings import FairnessSettings
 from inferopt.measure.runner import RunTags
-from inferopt.measure.session import MeasuredRun, run_system
+from inferopt.measure.session import run_system
 from inferopt.measure.slices import headline
+from inferopt.validation.judge import (  # noqa: F401 - ScenarioResult and check_slo are this module's API too
+    ScenarioResult,
+    add_attempts,
+    check_slo,
+    judge_fairness,
+    retry_wrapper,
+)
 from inferopt.workload.arrivals import arrival_offsets_s
 from inferopt.workload.build import build_workload, workload_hash
-
-
-@dataclass
-class ScenarioResult:
-    scenario: ScenarioConfig
-    run: MeasuredRun
-    metrics: dict[str, float] = field(default_factory=dict)
-    passed: bool = False
-    reasons: list[str] = field(default_factory=list)
 
 
 def scenario_workload(base: WorkloadConfig, sc: ScenarioConfig) -> WorkloadConfig:
@@ -73,47 +76,46 @@ def scenario_requests(base: WorkloadConfig, sc: ScenarioConfig) -> pd.DataFrame:
     return table
 
 
-def check_slo(metrics: dict[str, float], slo: SLOConfig) -> tuple[bool, list[str]]:
-    """Pass only if every SLO holds; each line says the value, the bound and whether it held."""
-    checks = [
-        ("ttft_ms_p99", slo.ttft_p99_ms, "TTFT p99"),
-        ("tpot_ms_p95", slo.tpot_p95_ms, "TPOT p95"),
-    ]
-    if slo.e2e_p99_ms is not None:
-        checks.append(("e2e_ms_p99", slo.e2e_p99_ms, "E2E p99"))
-    reasons, ok = [], True
-    for key, bound, label in checks:
-        value = metrics.get(key, float("nan"))
-        held = value == value and value <= bound  # NaN (no successful request) fails
-        ok &= held
-        reasons.append(f"{label} {value:.1f} ms {'<=' if held else '>'} {bound:g} ms: {'ok' if held else 'FAIL'}")
-    timeout_rate = metrics.get("timeout_rate", 0.0)
-    failure_rate = metrics.get("error_rate", 0.0) + metrics.get("rejected_rate", 0.0)
-    for label, value, bound in (("timeout rate", timeout_rate, slo.max_timeout_rate),
-                                ("error+rejected rate", failure_rate, slo.max_error_rate)):
-        held = value <= bound
-        ok &= held
-        reasons.append(f"{label} {value:.3f} {'<=' if held else '>'} {bound:g}: {'ok' if held else 'FAIL'}")
-    return bool(ok), reasons
-
-
-def validate(system: HFSystem | FakeSystem, workload: WorkloadConfig, scenarios: tuple[ScenarioConfig, ...],
+def validate(system: AnySystem, workload: WorkloadConfig, scenarios: tuple[ScenarioConfig, ...],
              slo: SLOConfig, out_dir: str | Path, *, arm: str = "candidate", run_tag: str = "",
-             warmup_requests: int = 0) -> list[ScenarioResult]:
+             warmup_requests: int = 0, fairness: FairnessSettings | None = None) -> list[ScenarioResult]:
+    """Run each scenario in order; a crashing scenario is a failed result with its error, the next one runs."""
+    fairness = fairness or FairnessSettings()
     results = []
     for sc in scenarios:
         wl = scenario_workload(workload, sc)
         table = scenario_requests(workload, sc)
-        run = run_system(system, table, RunTags(run_tag=run_tag, arm=arm, scenario=sc.name),
-                         timeout_s=wl.timeout_s, records_path=Path(out_dir) / "requests.jsonl",
-                         warmup_requests=warmup_requests, prompt_seed=wl.seed)
-        if run.failed:
-            results.append(ScenarioResult(sc, run, passed=False, reasons=[f"run failed: {(run.error or '').splitlines()[0]}"]))
-            continue
-        metrics = headline(run.phases, run.duration_s)
-        passed, reasons = check_slo(metrics, slo)
-        results.append(ScenarioResult(sc, run, metrics=metrics, passed=passed, reasons=reasons))
+        if sc.kind == "overload":
+            from inferopt.validation.overload import run_overload
+
+            result = run_overload(system, wl, table, sc, slo, out_dir, arm=arm, run_tag=run_tag,
+                                  warmup_requests=warmup_requests)
+        elif sc.kind == "node_failure":
+            from inferopt.validation.node_failure import run_node_failure
+
+            result = run_node_failure(system, wl, table, sc, slo, out_dir, arm=arm, run_tag=run_tag,
+                                      warmup_requests=warmup_requests)
+        else:
+            result = _run_plain(system, wl, table, sc, slo, out_dir, arm=arm, run_tag=run_tag,
+                                warmup_requests=warmup_requests)
+        results.append(judge_fairness(result, wl, slo, fairness))
     return results
+
+
+def _run_plain(system: AnySystem, wl: WorkloadConfig, table: pd.DataFrame, sc: ScenarioConfig, slo: SLOConfig,
+               out_dir: str | Path, *, arm: str, run_tag: str, warmup_requests: int) -> ScenarioResult:
+    """steady / burst: one run, judged on the SLOs."""
+    wrap, made = retry_wrapper(sc, seed=wl.seed)
+    run = run_system(system, table, RunTags(run_tag=run_tag, arm=arm, scenario=sc.name),
+                     timeout_s=wl.timeout_s, records_path=Path(out_dir) / "requests.jsonl",
+                     warmup_requests=warmup_requests, prompt_seed=wl.seed, wrap_engine=wrap)
+    if run.failed:
+        return ScenarioResult(sc, run, passed=False, reasons=[f"run failed: {(run.error or '').splitlines()[0]}"])
+    metrics = headline(run.phases, run.duration_s)
+    passed, reasons = check_slo(metrics, slo)
+    result = ScenarioResult(sc, run, metrics=metrics, passed=passed, reasons=reasons)
+    add_attempts(result, made)
+    return result
 
 
 def scenario_table(results: list[ScenarioResult]) -> pd.DataFrame:
@@ -127,6 +129,10 @@ def scenario_table(results: list[ScenarioResult]) -> pd.DataFrame:
             "tpot_ms_p50": m.get("tpot_ms_p50"), "tpot_ms_p95": m.get("tpot_ms_p95"), "tpot_ms_p99": m.get("tpot_ms_p99"),
             "e2e_ms_p50": m.get("e2e_ms_p50"), "e2e_ms_p95": m.get("e2e_ms_p95"), "e2e_ms_p99": m.get("e2e_ms_p99"),
             "timeout_rate": m.get("timeout_rate"), "error_rate": m.get("error_rate"),
-            "rejected_rate": m.get("rejected_rate"), "passed": r.passed, "reasons": "; ".join(r.reasons),
+            "rejected_rate": m.get("rejected_rate"),
+            "jain_tenant": m.get("fairness_jain_tenant"), "jain_priority": m.get("fairness_jain_priority"),
+            "starved_groups": m.get("fairness_starved_groups"),
+            "recovery_s": m.get("recovery_s"), "failed_requests": m.get("failed_requests"),
+            "passed": r.passed, "reasons": "; ".join(r.reasons),
         })
     return pd.DataFrame(rows)
