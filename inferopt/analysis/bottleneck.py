@@ -7,12 +7,11 @@ Causes: "kv_capacity", "queueing", "compute", "bandwidth", "host_overhead", "non
 Rules, in the order they are tried (the first that fires is the verdict; every check's numbers are
 kept as evidence either way):
 
-1. kv_capacity — the KV cache needed for the observed peak concurrency at the observed long
-   (KV_CONTEXT_QUANTILE) context, concurrency x context x KV bytes per token, exceeds the KV budget of
-   the KV table; or the engine reported its KV cache full (>= KV_USAGE_FULL) *and* preempted
-   sequences. Tried before queueing on purpose: an engine whose KV is full caps its batch, so KV
-   shortage shows up as a queue, and its remedy (paging, KV quantization, window) is not admission
-   control.
+1. kv_capacity — `inferopt.analysis.kv_rules` (its docstring has the signals): the KV needed by the
+   running batch at the long context exceeds the KV budget; or the engine reported its cache full and
+   preempted; or the load asks for more sequences than our KV math fits and the engine preempted.
+   Tried before queueing on purpose: an engine whose KV is full caps its batch, so KV shortage shows up
+   as a queue, and its remedy (paging, KV quantization, window) is not admission control.
 2. queueing — more than QUEUE_FAIL_RATE of requests rejected or timed out (overload), or queue wait is
    at least QUEUE_SHARE_DOMINANT of TTFT over the TTFT tail (the slowest max(1 - TAIL_QUANTILE,
    MIN_TAIL_ROWS) successful requests, i.e. "p99 TTFT is queue").
@@ -51,9 +50,9 @@ Input columns of `phases` (one row per request, times in ms): outcome, input_len
 cached_tokens, queue_ms, context_ms, prefill_ms, first_ms, ttft_ms, tpot_ms, e2e_ms, decode_ms,
 batch_size_at_admit, and the slice columns (the table of `inferopt.measure.phases.phase_table` with
 `inferopt.measure.slices` buckets). Observed concurrency for the KV rule is the running batch
-(batch_size_at_admit), not requests in flight: queued requests hold no KV. `knobs` (flat or dotted keys, all optional):
-max_batch_size, observed_concurrency (peak in-flight sequences the engine reported),
-kv_cache_usage_frac_max (0..1, e.g. vLLM kv_cache_usage_perc peak), num_preemptions.
+(batch_size_at_admit), not requests in flight: queued requests hold no KV. `knobs` (flat or dotted keys, all optional): max_batch_size, observed_concurrency (peak running sequences
+the engine reported), kv_cache_usage_frac_max (0..1, e.g. vLLM kv_cache_usage_perc peak), num_preemptions
+(see kv_rules.py).
 
 What this module deliberately does not do: measure, compute the roofline or KV tables (see roofline.py,
 kv.py), judge against SLOs, or pick a remedy (remedies.py). Pure pandas.
@@ -68,6 +67,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from inferopt.analysis.kv_rules import kv_check
+
 Cause = Literal["queueing", "compute", "bandwidth", "kv_capacity", "host_overhead", "none"]
 CAUSES: tuple[str, ...] = ("queueing", "compute", "bandwidth", "kv_capacity", "host_overhead", "none")
 
@@ -75,8 +76,6 @@ QUEUE_FAIL_RATE = 0.01          # rejected + timed-out share of requests above w
 TAIL_QUANTILE = 0.99            # the TTFT tail examined for queue share ("p99")
 MIN_TAIL_ROWS = 5               # ...but never fewer requests than this in the tail
 QUEUE_SHARE_DOMINANT = 0.5      # queue_ms / ttft_ms over the tail at or above which queueing dominates
-KV_CONTEXT_QUANTILE = 0.95      # per-request context (input + output tokens) used for the KV need
-KV_USAGE_FULL = 0.95            # server-reported KV usage at which the cache counts as full
 HOST_OVERHEAD_EFFICIENCY = 0.05  # t_min / measured below this -> the roofs do not limit: host overhead
 HOST_SHARE_DOMINANT = 0.5       # profiled share of a phase outside model ops at/above which the host dominates
 ATTENTION_DOMINANT = 0.5        # profiled attention share of a phase at/above which attention is the main lever
@@ -116,7 +115,7 @@ def locate(phases: pd.DataFrame, roofline: pd.DataFrame, kv: pd.DataFrame, knobs
     per_slice = _per_slice(ok, roofline)
 
     # 1. kv_capacity
-    kv_fire, kv_conf, kv_rule = _kv_check(phases, ok, kv, knobs, evidence)
+    kv_fire, kv_conf, kv_rule = kv_check(phases, ok, kv, knobs, evidence)
     # 2. queueing
     q_fire, q_conf, q_rule = _queue_check(phases, ok, evidence)
     if kv_fire:
@@ -165,39 +164,6 @@ def roofline_points(phases: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- the checks
-
-
-def _kv_check(phases: pd.DataFrame, ok: pd.DataFrame, kv: pd.DataFrame, knobs: dict[str, Any],
-              evidence: list[dict[str, Any]]) -> tuple[bool, float, str]:
-    fired, conf, rule = False, 0.0, ""
-    usage = knobs.get("kv_cache_usage_frac_max")
-    preempt = knobs.get("num_preemptions")
-    if kv is not None and not kv.empty:
-        base = ok if not ok.empty else phases
-        batch_obs = pd.to_numeric(base.get("batch_size_at_admit"), errors="coerce") if "batch_size_at_admit" in base else pd.Series(dtype=float)
-        conc = max(float(batch_obs.max()) if batch_obs.notna().any() else 0.0, float(knobs.get("observed_concurrency") or 0.0))
-        ctx = float(np.quantile((base["input_len"] + base["output_len"]).to_numpy(dtype=float), KV_CONTEXT_QUANTILE))
-        per_tok = _kv_per_token(kv)
-        budget = float(kv["budget_bytes"].iloc[0])
-        need = conc * ctx * per_tok
-        over = need > budget
-        evidence.append(_row("kv.needed_bytes", need, budget, "bytes", over,
-                             f"peak concurrency {conc:g} x p{KV_CONTEXT_QUANTILE * 100:g} context {ctx:g} tok x "
-                             f"{per_tok:g} B/token vs KV budget {budget:g} B"))
-        if over:
-            ratio = need / budget if budget > 0 else math.inf
-            fired, conf = True, _conf(math.log2(ratio) if math.isfinite(ratio) else 1.0)
-            rule = (f"KV needed for the observed concurrency ({need / 1e9:.3g} GB = {conc:g} x {ctx:g} tok x "
-                    f"{per_tok:g} B) exceeds the KV budget ({budget / 1e9:.3g} GB) -> kv_capacity")
-    if usage is not None:
-        full = float(usage) >= KV_USAGE_FULL and float(preempt or 0) > 0
-        evidence.append(_row("kv.server_usage_frac_max", float(usage), KV_USAGE_FULL, "fraction", full,
-                             f"server-reported peak KV usage; preemptions {preempt}"))
-        if full and not fired:
-            fired, conf = True, 0.8
-            rule = (f"the engine reported its KV cache {float(usage):.0%} full and preempted {preempt} sequences "
-                    "-> kv_capacity")
-    return fired, conf, rule
 
 
 def _queue_check(phases: pd.DataFrame, ok: pd.DataFrame, evidence: list[dict[str, Any]]) -> tuple[bool, float, str]:
@@ -379,13 +345,6 @@ def _nearest_row(roofline: pd.DataFrame, phase: str, key: str, size: float, batc
     b = max(batch, 1.0) if math.isfinite(batch) else 1.0
     dist = (np.log(cand[key].clip(lower=1).astype(float) / s) ** 2 + np.log(cand["batch"].clip(lower=1).astype(float) / b) ** 2)
     return cand.loc[dist.idxmin()]
-
-
-def _kv_per_token(kv: pd.DataFrame) -> float:
-    if "kv_bytes_per_token" in kv:
-        return float(kv["kv_bytes_per_token"].iloc[0])
-    row = kv[kv["context_len_tok"] > 0].iloc[0]
-    return float(row["kv_bytes_per_request"]) / float(row["context_len_tok"])
 
 
 def _median(values: pd.Series | None, default: float = math.nan) -> float:

@@ -79,9 +79,11 @@ def kv_table(
     memory_bytes: float,
     weight_bytes: float,
     workspace_fraction: float = 0.1,
+    budget_bytes: float | None = None,
 ) -> pd.DataFrame:
     """One row per context length: KV bytes per request and for `batch` requests, the KV budget, the
-    concurrency ceiling at that length and whether `batch` requests fit.
+    concurrency ceiling at that length and whether `batch` requests fit. `budget_bytes`, when given, is the
+    KV budget as configured (e.g. vLLM's --kv-cache-memory-bytes) instead of memory - workspace - weights.
 
     `model_dims` is anything with `n_layers`, `n_kv_heads`, `head_dim` (e.g. roofline.ModelDims) or a
     mapping with those keys. Columns: see KV_TABLE_COLUMNS. When `fits` is False the batch would OOM
@@ -89,7 +91,8 @@ def kv_table(
     """
     n_layers, n_kv_heads, head_dim = (_dim(model_dims, k) for k in ("n_layers", "n_kv_heads", "head_dim"))
     per_tok = kv_bytes_per_token(n_layers, n_kv_heads, head_dim, bytes_per_elem)
-    budget = kv_budget_bytes(memory_bytes, weight_bytes, workspace_fraction)
+    budget = (int(budget_bytes) if budget_bytes is not None
+              else kv_budget_bytes(memory_bytes, weight_bytes, workspace_fraction))
     rows = []
     for n_tok in context_lens_tok:
         per_req = kv_bytes(n_layers, n_kv_heads, head_dim, int(n_tok), 1, bytes_per_elem)
