@@ -1,16 +1,34 @@
-"""Process resource usage around a piece of work (issue 4, item 4, the CPU side): resident memory and
-CPU time, from the standard library only (`resource.getrusage` and `/proc/self/statm`; no psutil).
+"""Process resource usage around a piece of work (issue 4, item 4, the CPU side): resident memory and CPU
+time, plus the sampler every ablation trial runs under.
 
-    before = process_usage(); ...work...; delta = usage_delta(before, process_usage())
+Two tools:
 
-`usage_delta` gives: wall_s, cpu_user_s, cpu_sys_s, cpu_s and cpu_util (CPU seconds per wall second: 1.0 =
-one core busy; all of the process's threads together), rss_bytes_before / rss_bytes_after (resident set now,
-from /proc/self/statm; None where /proc is missing) and rss_peak_bytes (ru_maxrss: the process's peak
-since it started, not the window's — a later, smaller arm cannot lower it; read it as "peak so far").
+1. Before/after snapshots of *this* process, standard library only (`resource.getrusage`, `/proc/self/statm`):
 
-What this module deliberately does not do: sample during the work (a thread would perturb what is
-measured; before/after is enough for CPU time, and the peak comes from the kernel), measure other
-processes (a served engine's workers), or device memory (GPU: torch.cuda / NVML, elsewhere).
+       before = process_usage(); ...work...; delta = usage_delta(before, process_usage())
+
+   `usage_delta` gives wall_s, cpu_user_s, cpu_sys_s, cpu_s and cpu_util (CPU seconds per wall second: 1.0 =
+   one core busy; all threads), rss_bytes_before / rss_bytes_after and rss_peak_bytes (ru_maxrss: the peak
+   since the process started, not the window's — read it as "peak so far").
+
+2. `ResourceSampler`, a context manager with a daemon thread that samples every `interval_s` (default 0.2 s)
+   the *process tree serving the work*: this process (the in-process hf engine) plus every descendant that
+   appeared after the sampler started (a `vllm serve` launched for the trial, its engine-core and workers;
+   children that existed before, e.g. Prefect's API server, are not counted). Each sample is (t_s, RSS summed
+   over the tree, CPU seconds summed over the tree: a process that exits keeps its last reading). On a
+   CUDA/NVML machine the same thread reads NVML (`inferopt.measure.nvml`); elsewhere the summary says
+   "not available: <why>". `summary(window)` reduces the samples over a time window (the trial's measured
+   load, from its records) with `window_usage`, a pure function: `peak_rss_bytes`, `cpu_time_s`,
+   `cpu_util`, and the same over the whole trial (engine start and stop included) as `trial_*`. Within the
+   window, this process's own peak is exact when it set a new lifetime high (ru_maxrss grew) and sampled
+   otherwise; CPU time has the resolution of one interval at each end.
+
+RSS summed over several processes counts pages they share (libraries, fork-shared memory) once per
+process: an upper bound on the tree's footprint, consistent between arms. A sample costs ~0.1 ms per
+process (psutil reads /proc), one GIL hand-off per interval for an in-process engine.
+
+What this module deliberately does not do: device memory (NVML, `nvml.py`; torch.cuda elsewhere), per-op
+profiles (`inferopt.analysis.profile`), or attribution between processes that share this one's tree.
 """
 
 from __future__ import annotations
@@ -18,8 +36,12 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # ru_maxrss is KiB on Linux, bytes on macOS
@@ -62,3 +84,172 @@ def usage_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
         "rss_bytes_after": after.get("rss_bytes"),
         "rss_peak_bytes": after.get("rss_peak_bytes"),
     }
+
+
+# --------------------------------------------------------------------------- the per-trial sampler
+
+DEFAULT_INTERVAL_S = 0.2
+
+
+def window_usage(samples: Sequence[dict[str, float]], start_s: float | None = None,
+                 end_s: float | None = None) -> dict[str, float]:
+    """Peak RSS and CPU time of sampled (t_s, rss_bytes, cpu_s[, own_maxrss_bytes]) rows, in time order,
+    over [start_s, end_s] (None: the first / last sample). Pure.
+
+    cpu_time_s: the cumulative CPU reading interpolated linearly at both ends of the window, subtracted.
+    peak_rss_bytes: the largest sampled RSS in the window (the two samples around it when none falls
+    inside), raised to this process's ru_maxrss when that grew within the window (a new lifetime high
+    of the serving process itself: exact, not sampled). Empty input -> {}."""
+    if not samples:
+        return {}
+    rows = sorted(samples, key=lambda r: r["t_s"])
+    t = np.array([r["t_s"] for r in rows], dtype=float)
+    cpu = np.array([r["cpu_s"] for r in rows], dtype=float)
+    rss = np.array([r["rss_bytes"] for r in rows], dtype=float)
+    lo = float(t[0]) if start_s is None else float(start_s)
+    hi = float(t[-1]) if end_s is None else float(end_s)
+    if hi < lo:
+        raise ValueError(f"window ends before it starts: [{lo}, {hi}]")
+    inside = (t >= lo) & (t <= hi)
+    if not inside.any():   # a window shorter than one interval: the samples on either side
+        i = int(np.clip(np.searchsorted(t, lo), 1, len(t) - 1)) if len(t) > 1 else 0
+        inside = np.zeros(len(t), dtype=bool)
+        inside[max(i - 1, 0): i + 1] = True
+    peak = float(rss[inside].max())
+    if "own_maxrss_bytes" in rows[0]:
+        own = np.array([r["own_maxrss_bytes"] for r in rows], dtype=float)
+        before = own[t <= lo].max() if (t <= lo).any() else own[0]
+        after = own[t <= hi].max() if (t <= hi).any() else own[0]
+        if after > before:
+            peak = max(peak, float(after))
+    cpu_s = float(np.interp(hi, t, cpu) - np.interp(lo, t, cpu))
+    wall = hi - lo
+    return {"peak_rss_bytes": peak, "cpu_time_s": cpu_s, "wall_s": wall,
+            "cpu_util": cpu_s / wall if wall > 0 else float("nan"), "samples": float(inside.sum())}
+
+
+def load_window(records: Sequence[Any]) -> tuple[float, float] | None:
+    """The measured load of a run: from the first intended send to the last client completion (records'
+    `intended_s` / `client_done_s`, `inferopt.records.now_s` clock); None without records."""
+    starts = [r.intended_s for r in records if getattr(r, "intended_s", None) is not None]
+    ends = [r.client_done_s for r in records if getattr(r, "client_done_s", None) is not None]
+    if not starts or not ends:
+        return None
+    return float(min(starts)), float(max(ends))
+
+
+class ResourceSampler:
+    """Samples the serving process tree (and NVML where present) every `interval_s` while in its `with`
+    block; see the module docstring. `summary(window)` -> the per-trial metrics."""
+
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, gpu: bool = True) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.interval_s = interval_s
+        self.samples: list[dict[str, float]] = []
+        self.gpu_samples: list[dict[str, float]] = []
+        self.gpu_status = "not available: GPU sampling off" if not gpu else ""
+        self._want_gpu = gpu
+        self._gpu: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._procs: dict[int, Any] = {}        # pid -> psutil.Process, descendants born after start
+        self._cpu_last: dict[int, float] = {}   # pid -> last CPU seconds read (kept after it exits)
+        self._old: set[int] = set()
+        self._me: Any = None
+        self._cpu0 = 0.0
+        self.error: str | None = None
+
+    def __enter__(self) -> ResourceSampler:
+        import psutil
+
+        from inferopt.records import now_s
+
+        self._now = now_s
+        self._me = psutil.Process()
+        self._old = {c.pid for c in self._safe_children()}
+        t = self._me.cpu_times()
+        self._cpu0 = t.user + t.system
+        if self._want_gpu:
+            from inferopt.measure.nvml import open_nvml
+
+            self._gpu, reason = open_nvml()
+            self.gpu_status = reason or "nvml: " + ", ".join(self._gpu.info()["devices"])
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="inferopt-resource-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10 * self.interval_s + 5)
+        self._sample()
+        if self._gpu is not None:
+            self._gpu.close()
+            self._gpu = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _safe_children(self) -> list[Any]:
+        import psutil
+
+        try:
+            return self._me.children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def _sample(self) -> None:
+        import psutil
+
+        try:
+            t = self._now()
+            for child in self._safe_children():
+                if child.pid not in self._old and child.pid not in self._procs:
+                    self._procs[child.pid] = child
+            own = self._me.cpu_times()
+            rss = float(self._me.memory_info().rss)
+            for pid, proc in self._procs.items():
+                try:
+                    with proc.oneshot():
+                        ct = proc.cpu_times()
+                        mem = proc.memory_info().rss
+                    self._cpu_last[pid] = ct.user + ct.system
+                    rss += float(mem)
+                except psutil.Error:
+                    pass   # exited: its last CPU reading stays in the sum, its memory is gone
+            cpu = own.user + own.system - self._cpu0 + sum(self._cpu_last.values())
+            self.samples.append({"t_s": t, "rss_bytes": rss, "cpu_s": cpu, "processes": float(1 + len(self._procs)),
+                                 "own_maxrss_bytes": float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT)})
+            if self._gpu is not None:
+                self.gpu_samples.append(self._gpu.read(t))
+        except Exception as exc:  # noqa: BLE001 - sampling must never break the trial; the error is kept
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def summary(self, window: tuple[float, float] | None = None) -> dict[str, Any]:
+        """Per-trial metrics: `peak_rss_bytes`, `cpu_time_s`, `cpu_util` over `window` (None: the whole
+        trial), `trial_peak_rss_bytes` / `trial_cpu_time_s` / `trial_wall_s` over everything sampled,
+        `processes` (the tree's size), `gpu` (what was read, or "not available: <why>") and, with NVML, the
+        `gpu_*` aggregates over the window."""
+        from inferopt.measure.nvml import aggregate_gpu_samples
+
+        out: dict[str, Any] = {}
+        whole = window_usage(self.samples)
+        part = window_usage(self.samples, *window) if window is not None and self.samples else whole
+        for k in ("peak_rss_bytes", "cpu_time_s", "cpu_util"):
+            out[k] = part.get(k, float("nan"))
+        out["window_s"] = part.get("wall_s", float("nan"))
+        out["trial_peak_rss_bytes"] = whole.get("peak_rss_bytes", float("nan"))
+        out["trial_cpu_time_s"] = whole.get("cpu_time_s", float("nan"))
+        out["trial_wall_s"] = whole.get("wall_s", float("nan"))
+        out["processes"] = max((s["processes"] for s in self.samples), default=float("nan"))
+        out["gpu"] = self.gpu_status
+        if self.gpu_samples:
+            lo, hi = window if window is not None else (-np.inf, np.inf)
+            out.update(aggregate_gpu_samples([s for s in self.gpu_samples if lo <= s["t_s"] <= hi]
+                                             or self.gpu_samples))
+        if self.error:
+            out["sampler_error"] = self.error
+        return out

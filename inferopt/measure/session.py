@@ -56,6 +56,9 @@ class MeasuredRun:
     error_type: str | None = None       # the exception's class and its bases, e.g. "ModuleNotFoundError,ImportError"
     join: dict[str, Any] = field(default_factory=dict)   # how server timings were joined (see module doc)
     aggregate_join: pd.DataFrame = field(default_factory=pd.DataFrame)  # per-run means when no per-request join
+    # the serving process tree's peak RSS and CPU time over the measured load (+ NVML on GPUs, else a reason):
+    # `inferopt.measure.resources.ResourceSampler.summary` — keys peak_rss_bytes, cpu_time_s, gpu, ...
+    resources: dict[str, Any] = field(default_factory=dict)
 
 
 class _StartFailed(Exception):
@@ -131,9 +134,14 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
                wrap_engine: Callable[[Any], Any] | None = None) -> MeasuredRun:
     """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
     `wrap_engine(engine)` returns the engine the runner drives (a wrapper that delegates to it)."""
+    from inferopt.measure.resources import ResourceSampler, load_window
+
     sink = RecordSink(records_path) if records_path else None
+    sampler = ResourceSampler()
     try:
-        result, join = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine))
+        with sampler:
+            result, join = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed,
+                                            wrap_engine))
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
         stage = "run"
         if isinstance(exc, _StartFailed) and exc.__cause__ is not None:
@@ -141,7 +149,7 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
         kinds = ",".join(k.__name__ for k in type(exc).__mro__ if k not in (BaseException, Exception, object))
         tb = "".join(traceback.format_exception(exc, limit=5))
         return MeasuredRun(tags=tags, failed=True, error=f"{type(exc).__name__}: {exc}\n{tb}", failed_at=stage,
-                           error_type=kinds)
+                           error_type=kinds, resources=sampler.summary())
     finally:
         if sink:
             sink.close()
@@ -163,5 +171,5 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
     return MeasuredRun(
         tags=tags, records=result.records, phases=phases, duration_s=result.duration_s,
         engine_info=result.engine_info, server_metrics=delta, warmup_declared=len(result.warmup_records),
-        join=join, aggregate_join=agg,
+        join=join, aggregate_join=agg, resources=sampler.summary(load_window(result.records)),
     )
