@@ -39,7 +39,7 @@ from inferopt.records import RequestRecord, read_records
 from inferopt.workload.build import build_workload
 
 _SCALARS = ("duration_s", "engine_info", "server_metrics", "warmup_declared", "failed", "error", "failed_at",
-            "error_type", "join")
+            "error_type", "join", "resources")
 
 
 @dataclass
