@@ -30,7 +30,13 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
         print(f"[ablate] trial {trial.order + 1}: {trial.arm} repeat {trial.repeat}"
               + (f" FAILED: {(run.error or '').splitlines()[0]}" if run.failed else f" {run.duration_s:.1f} s"))
 
-    result = ablate(candidate, tracker.dir_for(STEP), run_tag=tracker.parent_run_id, on_trial=on_trial)
+    run_trial = None
+    if candidate.ablation.dispatch == "workers":  # each arm on a Prefect worker; the statistics stay here
+        from tasks.dispatch import run_arms_on_workers
+
+        run_trial = run_arms_on_workers(candidate, tracker)
+    result = ablate(candidate, tracker.dir_for(STEP), run_tag=tracker.parent_run_id, on_trial=on_trial,
+                    run_trial=run_trial)
     for arm in result.arms:  # every arm, the A/A arm and skipped ones included: never only the best
         name = f"arm-{arm.name}"
         tracker.child(name, tags={"inferopt.step": "ablate", "inferopt.arm": arm.name})
@@ -43,6 +49,10 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
             tracker.json(v, "arm_verdict.json", name)
         if len(result.effects) and arm.name in set(result.effects["arm"]):
             tracker.table(result.effects[result.effects["arm"] == arm.name], "effects.parquet", name)
+        spec = result.speculative[result.speculative["arm"] == arm.name] if len(result.speculative) else None
+        if spec is not None and len(spec):  # SPEC K5: acceptance, tokens per round, speed-up predicted vs measured
+            tracker.metrics({f"speculative.{k}": v for k, v in spec.iloc[0].to_dict().items()}, name)
+            tracker.json(spec.iloc[0].to_dict(), "speculative.json", name)
         rows = result.trials[result.trials["arm"] == arm.name] if len(result.trials) else result.trials
         if arm.name in result.skipped:
             tracker.params({"skip_reason": result.skipped[arm.name]}, name)
@@ -61,6 +71,8 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
         for r in result.effects.itertuples():
             tracker.metrics({f"{r.arm}.{r.metric}.ratio": r.ratio, f"{r.arm}.{r.metric}.ratio_lo": r.ratio_lo,
                              f"{r.arm}.{r.metric}.ratio_hi": r.ratio_hi}, STEP)
+    if len(result.speculative):
+        tracker.table(result.speculative, "speculative.parquet", STEP)
     tracker.json(result.verdicts, "arm_verdicts.json", STEP)
     # the sequential test: every look (per arm and target metric), the alpha spent, why it stopped
     tracker.json(result.stopping, "stopping.json", STEP)

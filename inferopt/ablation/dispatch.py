@@ -38,6 +38,8 @@ from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.records import RequestRecord, read_records
 from inferopt.workload.build import build_workload
 
+TRIAL_SECTIONS = ("name", "description", "baseline", "changes", "target_metrics", "workload", "slo", "hardware",
+                  "measure", "ablation")
 _SCALARS = ("duration_s", "engine_info", "server_metrics", "warmup_declared", "failed", "error", "failed_at",
             "error_type", "join", "resources")
 
@@ -83,6 +85,13 @@ def load_run(directory: str | Path) -> MeasuredRun:
     agg = pd.read_parquet(d / "aggregate_join.parquet") if (d / "aggregate_join.parquet").exists() else pd.DataFrame()
     return MeasuredRun(tags=tags, records=records, phases=phases, aggregate_join=agg,
                        **{k: meta[k] for k in _SCALARS if k in meta})
+
+
+def trial_config(data: dict[str, Any]) -> CandidateConfig:
+    """A candidate from its resolved dump (`model_dump(mode="json")`, e.g. `candidate.resolved.json`), keeping
+    only what a trial needs: the systems, workload, SLO, hardware, measure and ablation settings. Validation,
+    gate and lint settings are dropped (defaults), so a run logged by an older or newer version still loads."""
+    return CandidateConfig.model_validate({k: v for k, v in data.items() if k in TRIAL_SECTIONS})
 
 
 def trial_dir(out_dir: str | Path, repeat: int) -> Path:

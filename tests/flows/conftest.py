@@ -35,3 +35,21 @@ def in_repo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("INFEROPT_RESULTS", str(tmp_path))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def local_prefect(tmp_path_factory: pytest.TempPathFactory):
+    """A real Prefect server on 127.0.0.1 with the repo's prefect.yaml deployed on process pools `local` and
+    `arms`, its own MLflow store (experiment `inferopt`, artifacts in the temp dir); killed at the end
+    (`tests/flows/local_prefect.py`)."""
+    from local_prefect import start_local_prefect
+    from mlflow.tracking import MlflowClient
+
+    tmp = tmp_path_factory.mktemp("local-prefect")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).create_experiment("inferopt", artifact_location=(tmp / "artifacts").as_uri())
+    lp = start_local_prefect(tmp, uri, tmp / "results")
+    try:
+        yield lp
+    finally:
+        lp.close()

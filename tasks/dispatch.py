@@ -1,0 +1,83 @@
+"""`ablation.dispatch: workers`: submit each arm of the ablation as a flow run of the arm deployment
+(`flows/arm.py`) on a Prefect work pool, wait for all of them, and fetch their trial files back from MLflow.
+
+All arms are submitted at once (`run_deployment(..., timeout=0)`), so with one worker per node they run in
+parallel; then the runs are polled until each is final or `ablation.dispatch_timeout_s` passes (late ones are
+cancelled). An arm whose flow run did not complete has no trials: `PrecomputedTrials` turns each of its
+trials into a failed run that says which flow run ended how — the ablation marks the arm failed and goes on.
+
+Each arm's MLflow child run (`arm-<name>`) is created here, under the parent, before submission, so the
+worker logs into the same run the parent later finishes.
+
+Deliberately not here: running trials (the arm flow) and statistics (`inferopt.ablation.run`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from inferopt.ablation.dispatch import TRIAL_SECTIONS, PrecomputedTrials
+from inferopt.ablation.plan import plan_arms
+from inferopt.config import CandidateConfig
+from tasks.tracking import Tracker
+
+
+def run_arms_on_workers(candidate: CandidateConfig, tracker: Tracker, poll_s: float = 2.0) -> PrecomputedTrials:
+    """Run every arm of `candidate` on the work pool behind `ablation.arm_deployment`; their trials, ready for
+    `ablate(..., run_trial=...)`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.deployments import run_deployment
+    from prefect.states import Cancelling
+
+    settings = candidate.ablation
+    config = {k: v for k, v in candidate.model_dump(mode="json").items() if k in TRIAL_SECTIONS}
+    submitted: dict[str, tuple[str, str]] = {}   # arm -> (flow run id, mlflow arm run id)
+    for arm in plan_arms(candidate):
+        arm_run = tracker.child(f"arm-{arm.name}", tags={"inferopt.step": "ablate", "inferopt.arm": arm.name,
+                                                         "inferopt.dispatch": "workers"})
+        fr = run_deployment(settings.arm_deployment, timeout=0, flow_run_name=f"{candidate.name}:{arm.name}",
+                            parameters={"config": config, "arm": arm.name, "parent_run_id": tracker.parent_run_id,
+                                        "arm_run_id": arm_run, "tracking_uri": tracker.uri})
+        submitted[arm.name] = (str(fr.id), arm_run)
+        tracker.tags({"inferopt.prefect_flow_run": str(fr.id)}, f"arm-{arm.name}")
+        print(f"[ablate] arm {arm.name}: submitted to {settings.arm_deployment} as flow run {fr.id}", flush=True)
+
+    deadline = time.monotonic() + settings.dispatch_timeout_s
+    final: dict[str, str] = {}                   # arm -> final state type name
+    messages: dict[str, str] = {}
+    with get_client(sync_client=True) as client:
+        while len(final) < len(submitted):
+            for name, (fr_id, _) in submitted.items():
+                if name in final:
+                    continue
+                state = client.read_flow_run(fr_id).state
+                if state is not None and state.is_final():
+                    final[name] = state.type.value
+                    messages[name] = f"{state.name}: {state.message or ''}".strip()
+                    print(f"[ablate] arm {name}: flow run {fr_id} {state.name}", flush=True)
+            if len(final) < len(submitted) and time.monotonic() > deadline:
+                for name, (fr_id, _) in submitted.items():
+                    if name not in final:
+                        client.set_flow_run_state(fr_id, Cancelling(message="inferopt: dispatch_timeout_s passed"),
+                                                  force=True)
+                        final[name] = "TIMEOUT"
+                        messages[name] = f"not final after dispatch_timeout_s = {settings.dispatch_timeout_s:g} s (cancelled)"
+                break
+            time.sleep(poll_s)
+
+    fetched = Path(tempfile.mkdtemp(prefix=f"inferopt-arms-{tracker.parent_run_id[:8]}-"))
+    arm_dirs: dict[str, Path] = {}
+    missing: dict[str, str] = {}
+    for name, (fr_id, arm_run) in submitted.items():
+        why = f"flow run {fr_id} of {settings.arm_deployment} ended {final[name]} ({messages[name]})"
+        if final[name] != StateType.COMPLETED.value:
+            missing[name] = why
+            continue
+        try:
+            arm_dirs[name] = Path(tracker.client.download_artifacts(arm_run, "trials", str(fetched / name)))
+        except Exception as exc:  # noqa: BLE001 - an arm whose files cannot be fetched is a failed arm
+            missing[name] = f"{why}, but its trial files could not be fetched: {type(exc).__name__}: {exc}"
+    return PrecomputedTrials(arm_dirs, missing)
