@@ -28,7 +28,8 @@ def profile_enabled() -> bool:
 @task(name="locate", task_run_name="locate the bottleneck")
 def locate_task(candidate: CandidateConfig, measured: MeasureResult, tracker: Tracker) -> LocateResult:
     tracker.child(LOCATE, tags={"inferopt.step": "locate"})
-    result = locate_step(candidate, measured.phases, profile=profile_enabled(), server_metrics=measured.run.server_metrics)
+    result = locate_step(candidate, measured.phases, profile=profile_enabled(), server_metrics=measured.run.server_metrics,
+                         engine_info=measured.run.engine_info)
     tracker.params({"hardware": result.hardware.to_dict()}, LOCATE)
     log_profile(result, tracker)
     v = result.verdict
@@ -39,6 +40,8 @@ def locate_task(candidate: CandidateConfig, measured: MeasureResult, tracker: Tr
     if len(result.roofline):
         tracker.table(result.roofline, "roofline.parquet", LOCATE)
         tracker.table(result.kv, "kv_capacity.parquet", LOCATE)
+        if len(result.kv_vllm):  # vLLM baselines: our KV math beside vLLM's own report (blocks, usage, preemptions)
+            tracker.table(result.kv_vllm, "kv_capacity_vllm.parquet", LOCATE)
         if len(result.measured):
             tracker.table(result.measured, "roofline_measured.parquet", LOCATE)
             tracker.metrics({f"{r.phase}.{k}": getattr(r, k) for r in result.measured.itertuples()
