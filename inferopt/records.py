@@ -45,6 +45,8 @@ class ServerTimings:
     cached_tokens: int = 0                 # prompt tokens served from a prefix cache
     batch_size_at_admit: int | None = None  # sequences in the batch this request joined
     finish_reason: str | None = None       # "eos", "length", "cancelled", ...
+    spec_drafted: list[int] = field(default_factory=list)   # speculative decoding: tokens drafted per verify round
+    spec_accepted: list[int] = field(default_factory=list)  # ... and accepted by the target, per round
 
 
 @dataclass
@@ -80,6 +82,8 @@ class RequestRecord:
     cached_tokens: int = 0
     batch_size_at_admit: int | None = None
     finish_reason: str | None = None
+    spec_drafted: list[int] = field(default_factory=list)   # speculative decoding, per verify round (else empty)
+    spec_accepted: list[int] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)
     # context of the run (set by whoever runs it)
     run_tag: str = ""
@@ -173,7 +177,8 @@ def read_records(path: str | Path) -> list[RequestRecord]:
     return out
 
 
-_LIST_COLUMNS = ("client_token_s", "client_chunk_s", "client_chunk_tokens", "token_s", "output_token_ids")
+_LIST_COLUMNS = ("client_token_s", "client_chunk_s", "client_chunk_tokens", "token_s", "output_token_ids",
+                 "spec_drafted", "spec_accepted")
 
 
 def records_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
@@ -190,10 +195,12 @@ def records_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
         d["client_last_token_s"] = r.client_token_s[-1] if r.client_token_s else None
         d["n_client_tokens"] = len(r.client_token_s)
         d["n_client_chunks"] = len(r.client_chunk_s)
+        d["spec_rounds"] = len(r.spec_accepted)
+        d["spec_accepted_tokens"] = sum(r.spec_accepted)
         rows.append(d)
     columns = [f.name for f in fields(RequestRecord) if f.name not in _LIST_COLUMNS] + [
         "first_token_s", "last_token_s", "client_first_token_s", "client_last_token_s", "n_client_tokens",
-        "n_client_chunks",
+        "n_client_chunks", "spec_rounds", "spec_accepted_tokens",
     ]
     return pd.DataFrame(rows, columns=columns)
 

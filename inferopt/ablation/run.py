@@ -54,6 +54,7 @@ from inferopt.ablation.plan import (
     interleaved_order,
     plan_arms,
 )
+from inferopt.ablation.speculative_arms import speculative_table
 from inferopt.config import CandidateConfig, FakeSystem, HFSystem
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
@@ -76,6 +77,7 @@ class AblationResult:
     interactions: pd.DataFrame = field(default_factory=pd.DataFrame)  # a row per target metric (>= 2 single arms)
     noise_suspicious: bool = False             # the A/A arm showed a significant difference
     skipped: dict[str, str] = field(default_factory=dict)             # arm -> why it cannot run here
+    speculative: pd.DataFrame = field(default_factory=pd.DataFrame)  # K5 per speculative arm (speculative_arms)
 
     @property
     def phases(self) -> pd.DataFrame:
@@ -213,7 +215,8 @@ def ablate(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "",
     effects_df = pd.concat(list(effects.values()), ignore_index=True) if effects else pd.DataFrame()
     return AblationResult(arms=arms, order=order, trials=trials, effects=effects_df, verdicts=verdicts, runs=runs,
                           looks=pd.DataFrame(look_rows), stopping=stopping, interactions=interactions,
-                          noise_suspicious=noise_suspicious, skipped=dict(skipped))
+                          noise_suspicious=noise_suspicious, skipped=dict(skipped),
+                          speculative=speculative_table(arms, runs, effects_df))
 
 
 # --------------------------------------------------------------------------- helpers

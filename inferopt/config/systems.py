@@ -20,7 +20,10 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     field_validator,
+    model_validator,
 )
+
+from inferopt.config.speculative import SpeculativeDecoding
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -93,11 +96,28 @@ class HFSystem(Frozen):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batching: BatchingKnobs = BatchingKnobs()
     stop_at_eos: bool = True
+    speculative: SpeculativeDecoding | None = Field(
+        default=None, description="draft-then-verify decoding (K5): {draft_model: layers:N | builtin:<name> | <dir>, "
+                                  "num_draft_tokens: k}; greedy outputs unchanged; one request at a time")
     weight_quantization: Literal["none", "bnb-int8", "bnb-nf4", "bnb-fp4", "quanto-int8", "quanto-int4", "quanto-int2"] = Field(
         default="none", description="weights quantized at load (bitsandbytes on CPU needs every Linear dim % 32 == 0)")
     kv_cache: Literal["dynamic", "quantized-int4", "quantized-int2"] = Field(
         default="dynamic", description="KV cache: full precision, or quanto-quantized (saves memory, changes outputs: K2)")
 
+
+    @model_validator(mode="after")
+    def _speculative_needs(self) -> HFSystem:
+        if self.speculative is None:
+            return self
+        if self.batching.max_batch_size != 1:
+            raise ValueError(
+                f"speculative: draft-then-verify serves one request at a time, but batching.max_batch_size is "
+                f"{self.batching.max_batch_size}; fix: batching.max_batch_size: 1 in the baseline too (else the arm "
+                "would change the batch size as well as the decoding, two variables at once)")
+        if self.kv_cache != "dynamic":
+            raise ValueError(f"speculative: needs kv_cache: dynamic (rejected draft tokens are cropped from the cache; "
+                             f"{self.kv_cache!r} cannot be cropped); fix: kv_cache: dynamic")
+        return self
 
 class FakeSystem(Frozen):
     """Scripted per-phase delays (seconds scale with the knobs below) for fast tests above the engine."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from inferopt.config import HFSystem
 from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, TokenEvent
 from inferopt.engines.hf_loop import GreedyBatch, greedy_generate, left_pad
+from inferopt.engines.hf_speculative import SpecCounters, prepare_draft, serve_speculative
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
 from inferopt.records import ServerTimings, now_s
 
@@ -148,6 +149,8 @@ class HFEngine:
         self._cuda = False
         self.batches_run = 0
         self.tokens_generated = 0
+        self.draft: Any = None            # speculative decoding (hf_speculative): the draft, and its counters
+        self.spec_counters: SpecCounters | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -197,6 +200,9 @@ class HFEngine:
         }
         if self._cuda:
             self._info["device_name"] = torch.cuda.get_device_name()
+        if s.speculative is not None:  # draft-then-verify at batch 1 (the config forces batch size 1)
+            self.draft, self._info["speculative"] = prepare_draft(self.model, s, loaded.device)
+            self.spec_counters = SpecCounters()
 
     async def stop(self) -> None:
         with self._cond:
@@ -220,7 +226,8 @@ class HFEngine:
 
     async def server_metrics(self) -> dict[str, float]:
         return {"queue_depth": float(len(self._waiting)), "batches_run": float(self.batches_run),
-                "tokens_generated": float(self.tokens_generated)}
+                "tokens_generated": float(self.tokens_generated),
+                **(self.spec_counters.as_metrics() if self.spec_counters is not None else {})}
 
     # ------------------------------------------------------------------ consumer side (event loop)
 
@@ -295,6 +302,8 @@ class HFEngine:
             self._mailbox.post(items)
 
     def _run_batch(self, slots: list[_Slot]) -> None:
+        if self.draft is not None:
+            return serve_speculative(self, slots[0])
         import torch
 
         ids, mask = left_pad([s.request.prompt_token_ids for s in slots], self._pad, self._device)

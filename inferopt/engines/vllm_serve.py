@@ -100,6 +100,9 @@ _COUNTERS = {
     "prompt_tokens_total": "vllm:prompt_tokens_total",
     "generation_tokens_total": "vllm:generation_tokens_total",
     "admission_rejections_total": "vllm:admission_rejections_total",
+    "spec_decode_num_drafts": "vllm:spec_decode_num_drafts_total",          # speculative decoding (K5)
+    "spec_decode_num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
 }
 _HISTOGRAMS = {
     "queue_time_s": "vllm:request_queue_time_seconds",
@@ -127,6 +130,9 @@ def vllm_metrics(raw: dict[str, float]) -> dict[str, float]:
         name, labels = split_key(k)
         if name == "vllm:admission_rejections_total" and "reason" in labels:
             rk = f"admission_rejections_total.{labels['reason']}"
+            out[rk] = out.get(rk, 0.0) + v
+        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos_total" and "position" in labels:
+            rk = f"spec_decode_num_accepted_tokens_per_pos.{labels['position']}"
             out[rk] = out.get(rk, 0.0) + v
     for key, metric in _HISTOGRAMS.items():
         for part in ("sum", "count"):
