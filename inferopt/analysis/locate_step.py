@@ -168,7 +168,9 @@ def _vllm_comparison(system: VLLMSystem, dims: ModelDims, kv_b: float, budget: i
     reported = {
         "num_gpu_blocks": cfg.get("num_gpu_blocks"), "block_size": cfg.get("block_size"),
         "kv_cache_memory_bytes": cfg.get("kv_cache_memory_bytes"),
-        "kv_cache_tokens": log.get("kv_cache_tokens"), "max_concurrency": log.get("max_concurrency"),
+        # the start-up log's figures; cache_config_info carries the same two (vLLM >= 0.3x), used when the log has none
+        "kv_cache_tokens": log.get("kv_cache_tokens", cfg.get("kv_cache_size_tokens")),
+        "max_concurrency": log.get("max_concurrency", cfg.get("kv_cache_max_concurrency")),
         "num_requests_running_max": gauges.get("num_requests_running_max"),
         "kv_cache_usage_frac_max": gauges.get("kv_cache_usage_perc_max"),
         "num_preemptions": server_metrics.get("num_preemptions_total"),
