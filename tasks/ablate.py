@@ -27,6 +27,11 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
         tracker.child(name, tags={"inferopt.step": "ablate", "inferopt.arm": trial.arm})
         if not run.failed:
             tracker.metrics(headline(run.phases, run.duration_s), name, step=trial.repeat)
+        # the serving process tree's peak RSS / CPU time over the load, NVML power/memory/clock on GPUs
+        res = getattr(run, "resources", None) or {}
+        tracker.metrics({f"resources.{k}": v for k, v in res.items()}, name, step=trial.repeat)  # numbers only
+        if res.get("gpu"):
+            tracker.tags({"inferopt.gpu_sampling": str(res["gpu"])[:500]}, name)
         print(f"[ablate] trial {trial.order + 1}: {trial.arm} repeat {trial.repeat}"
               + (f" FAILED: {(run.error or '').splitlines()[0]}" if run.failed else f" {run.duration_s:.1f} s"))
 
