@@ -26,6 +26,7 @@ from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, Toke
 from inferopt.engines.hf_loop import GreedyBatch, greedy_generate, left_pad
 from inferopt.engines.hf_speculative import SpecCounters, prepare_draft, serve_speculative
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
+from inferopt.measure.cuda_events import PhaseEventTimer
 from inferopt.records import ServerTimings, now_s
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,6 +148,7 @@ class HFEngine:
         self._pad = 0
         self._device = "cpu"
         self._cuda = False
+        self.events = PhaseEventTimer(False, "not available: the engine has not started")  # CUDA-event phase times
         self.batches_run = 0
         self.tokens_generated = 0
         self.draft: Any = None            # speculative decoding (hf_speculative): the draft, and its counters
@@ -175,6 +177,7 @@ class HFEngine:
         loaded = self._preloaded or load_system_model(s)
         self.model, self.tokenizer, self._device = loaded.model, loaded.tokenizer, loaded.device
         self._cuda = loaded.device.startswith("cuda")
+        self.events = PhaseEventTimer.for_device(loaded.device)
         eos = getattr(self.model.generation_config, "eos_token_id", None)
         self._eos = int(eos[0] if isinstance(eos, (list, tuple)) else eos) if eos is not None else None
         self._pad = pad_token_id_of(self.model)
@@ -222,7 +225,9 @@ class HFEngine:
             slot.queue.put_nowait(_Error("engine stopped before the request was admitted"))
 
     def info(self) -> dict[str, Any]:
-        return dict(self._info) if self._info else {"engine": "hf", "name": self.system.name, "started": False}
+        if not self._info:
+            return {"engine": "hf", "name": self.system.name, "started": False}
+        return {**self._info, "cuda_events": self.events.summary()}
 
     async def server_metrics(self) -> dict[str, float]:
         return {"queue_depth": float(len(self._waiting)), "batches_run": float(self.batches_run),
@@ -313,7 +318,8 @@ class HFEngine:
         for slot in slots:
             slot.timings.context_ready_s = t
             slot.timings.prefill_start_s = t
-        tokens = batch.prefill()
+        with self.events.phase("prefill"):
+            tokens = batch.prefill()
         if self._cuda:
             torch.cuda.synchronize()
         t = now_s()
@@ -325,7 +331,8 @@ class HFEngine:
             if step:
                 if self._stopping:
                     raise RuntimeError("engine stopped mid-batch")
-                tokens = batch.step()
+                with self.events.phase("decode"):
+                    tokens = batch.step()
             t = now_s()
             items = []
             emitted = 0
@@ -358,3 +365,4 @@ class HFEngine:
             self._post(items)
             if not live:
                 break
+        self.events.flush()
