@@ -3,8 +3,10 @@ target metrics first then the rest (serial gatekeeping with Holm in each family)
 (improves / regresses / no detectable change; `run.py` adds skipped / failed), and the interaction of
 single changes in their combination (log-additive model).
 
-Each metric is a statistic over per-request values within a trial (p50, p99 ... of TTFT, TPOT, E2E) or a
-trial rate (output tokens/s: per-request tokens / trial duration, summed). The default test works at the
+Each metric is a statistic over per-request values within a trial (p50, p99 ... of TTFT, TPOT, E2E), a
+trial rate (output tokens/s: per-request tokens / trial duration, summed), or a per-trial scalar the run
+measured (`RESOURCE_METRICS`: peak memory, weight bytes, peak KV bytes, KV bytes per token; process RSS and
+CPU time where reported) — compared the same way: paired CI of the difference and the ratio, Holm. The default test works at the
 level of repeats (`inferopt.analysis.stats.paired_repeat_test`): the statistic per trial, the log ratio
 per repeat, a t-test over repeats. The two-level bootstrap (trials, then requests within trials:
 `paired_bootstrap_diff`) stays selectable; it treats requests as independent, which batching makes false,
@@ -41,6 +43,7 @@ class MetricSpec:
     lower_is_better: bool
     unit: str
     row_stat: RowStat | None = None      # the same statistic row-wise (vectorised bootstrap)
+    trial_key: str | None = None         # a per-trial scalar (the trial's `resources[trial_key]`), not a request column
 
 
 def _q(values: np.ndarray, q: float) -> float:
@@ -57,7 +60,45 @@ METRICS: tuple[MetricSpec, ...] = (
 )
 
 
-def _trial_values(phases: pd.DataFrame, duration_s: float, spec: MetricSpec) -> np.ndarray:
+def _one(values: np.ndarray) -> float:
+    """The statistic of a per-trial scalar: the trial's one value (NaN when it has none)."""
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+# Per-trial scalars: the trial's memory and KV bytes as the engine measured them (HFEngine.memory: bytes from
+# the tensors; on a GPU peak memory is CUDA's max allocated) and, where the run reports them, process RSS and
+# CPU time. Deterministic for a fixed workload at batch size 1 (same bytes every repeat), so their CI can be a
+# point: `paired_repeat_test` with zero spread. A metric no trial of either arm reports gets no row.
+RESOURCE_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("peak_memory_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="peak_memory_bytes"),
+    MetricSpec("weight_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="weight_bytes"),
+    MetricSpec("kv_peak_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="kv_peak_bytes"),
+    MetricSpec("kv_bytes_per_token", "", _one, True, "bytes/token", quantile_rows(0.5), trial_key="kv_bytes_per_token"),
+    MetricSpec("peak_rss_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="peak_rss_bytes"),
+    MetricSpec("cpu_time_s", "", _one, True, "s", quantile_rows(0.5), trial_key="cpu_time_s"),
+)
+RESOURCE_KEYS = tuple(m.trial_key for m in RESOURCE_METRICS)
+ALL_METRICS = METRICS + RESOURCE_METRICS
+
+
+def trial_resources(*sources: dict | None) -> dict[str, float]:
+    """The per-trial scalars of RESOURCE_METRICS found in `sources` (e.g. a run's engine info, its resource
+    usage), the first finite number per key winning; keys that none reports are left out."""
+    out: dict[str, float] = {}
+    for key in RESOURCE_KEYS:
+        for src in sources:
+            value = (src or {}).get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value):
+                out[key] = float(value)
+                break
+    return out
+
+
+def _trial_values(phases: pd.DataFrame, duration_s: float, spec: MetricSpec,
+                  resources: dict | None = None) -> np.ndarray:
+    if spec.trial_key is not None:
+        value = (resources or {}).get(spec.trial_key) if isinstance(resources, dict) else None
+        return np.array([float(value)]) if value is not None and np.isfinite(value) else np.array([])
     if spec.column == "tok_per_s_share":
         # every request counts (failures contribute 0 tokens): sum over requests = output tokens/s of the trial
         tokens = np.where(phases["outcome"] == "ok", phases["output_len"].to_numpy(float), 0.0)
@@ -66,18 +107,24 @@ def _trial_values(phases: pd.DataFrame, duration_s: float, spec: MetricSpec) -> 
     return ok[spec.column].dropna().to_numpy(float)
 
 
-METRICS_BY_NAME = {m.name: m for m in METRICS}
+METRICS_BY_NAME = {m.name: m for m in ALL_METRICS}
 
 
 def arm_trial_values(trials: pd.DataFrame, arm: str, spec: MetricSpec) -> list[np.ndarray]:
-    """Per-request values of `spec` for each trial of `arm`, in repeat order."""
+    """Per-request values of `spec` for each trial of `arm`, in repeat order (a per-trial scalar: one value,
+    from the trials' `resources` column; none when the frame has no such column)."""
     sub = trials[trials["arm"] == arm].sort_values("repeat")
-    return [_trial_values(p, d, spec) for p, d in zip(sub["phases"], sub["duration_s"])]
+    res = sub["resources"] if "resources" in sub else [None] * len(sub)
+    return [_trial_values(p, d, spec, r) for p, d, r in zip(sub["phases"], sub["duration_s"], res)]
+
+
+def _has_data(trials: pd.DataFrame, arms: tuple[str, str], spec: MetricSpec) -> bool:
+    return spec.trial_key is None or any(v.size for a in arms for v in arm_trial_values(trials, a, spec))
 
 
 def compare_arms(trials: pd.DataFrame, baseline: str, arm: str, *, alpha: float, seed: int = 0, n_boot: int = 2000,
                  test: str = "repeat_t", targets: tuple[str, ...] = (),
-                 metrics: tuple[MetricSpec, ...] = METRICS) -> pd.DataFrame:
+                 metrics: tuple[MetricSpec, ...] = ALL_METRICS) -> pd.DataFrame:
     """Effects table for `arm` vs `baseline`.
 
     `trials` has one row per trial: arm, repeat, duration_s, phases (a DataFrame). Returns one row per
@@ -93,7 +140,7 @@ def compare_arms(trials: pd.DataFrame, baseline: str, arm: str, *, alpha: float,
     flagged after every target was rightly or wrongly rejected), and the verdict's metrics do not pay for
     the ones it does not read. Without `targets`: Holm across all metrics."""
     rows = []
-    for i, spec in enumerate(metrics):
+    for i, spec in enumerate(m for m in metrics if _has_data(trials, (baseline, arm), m)):
         a_vals = arm_trial_values(trials, baseline, spec)
         b_vals = arm_trial_values(trials, arm, spec)
         if test == "repeat_t":

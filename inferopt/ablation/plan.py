@@ -10,6 +10,9 @@ Arms derived from a candidate, in this order:
 - one arm per change (role "single", named by the change's dotted path), only when the candidate has two or
   more changes: the baseline with that change alone, checked to differ from the baseline in exactly one
   leaf field (`inferopt.config.single_change_systems`, which also runs when the config is loaded);
+- one arm per `ablation.extra_arms` entry (role "extra", named `path=value`): an alternative for one field
+  (another kernel, another bit width) compared with the baseline like a single-change arm, but not part of
+  the combination and not in the interaction analysis;
 - `candidate` (role "candidate"): all changes together, the remedy under test. The rest of the pipeline
   (validate, gate, verdict) reads this name. With a single change it *is* the one-change arm (not run twice).
 
@@ -28,7 +31,7 @@ from inferopt.config import AblationSettings, CandidateConfig, FakeSystem, HFSys
 BASELINE = "baseline"
 AA = "aa"
 CANDIDATE = "candidate"
-ROLES = ("baseline", "aa", "single", "candidate")
+ROLES = ("baseline", "aa", "single", "extra", "candidate")
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,8 @@ class Arm:
 
     @property
     def tested(self) -> bool:
-        """An arm whose effect is the question (single-change arms and the candidate; not baseline or A/A)."""
-        return self.role in ("single", "candidate")
+        """An arm whose effect is the question (single-change and extra arms, the candidate; not baseline or A/A)."""
+        return self.role in ("single", "extra", "candidate")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,12 @@ def plan_arms(candidate: CandidateConfig) -> list[Arm]:
             arms.append(Arm(name=dotted, role="single", system=system, changes={dotted: candidate.changes[dotted]}))
     else:
         single_change_systems(base, candidate.changes)  # the one change must still move exactly one field
+    for extra in candidate.ablation.extra_arms:
+        (dotted, value), = extra.items()
+        name = f"{dotted}={value}"
+        if name in {a.name for a in arms} or name == CANDIDATE:
+            raise ValueError(f"ablation.extra_arms: {name!r} is listed twice or collides with another arm")
+        arms.append(Arm(name=name, role="extra", system=single_change_systems(base, extra)[dotted], changes=dict(extra)))
     arms.append(Arm(name=CANDIDATE, role="candidate", system=candidate.candidate_system, changes=dict(candidate.changes)))
     return arms
 

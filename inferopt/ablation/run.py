@@ -43,7 +43,14 @@ import numpy as np
 import pandas as pd
 
 from inferopt.ablation.availability import start_failure_reason, unavailable_reason
-from inferopt.ablation.compare import METRICS, arm_verdict, compare_arms, interaction_reason, interaction_table
+from inferopt.ablation.compare import (
+    METRICS,
+    arm_verdict,
+    compare_arms,
+    interaction_reason,
+    interaction_table,
+    trial_resources,
+)
 from inferopt.ablation.plan import (
     AA,
     BASELINE,
@@ -123,7 +130,7 @@ def ablate(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "",
     alpha = settings.alpha_per_look
     planned = interleaved_order([a.name for a in arms], look_at[-1], settings.seed)
 
-    skipped = {a.name: r for a in arms if (r := unavailable_reason(a.system))}
+    skipped = {a.name: _skip_reason(a, r) for a in arms if (r := unavailable_reason(a.system))}
     failed: dict[str, str] = {}
     rows: list[dict] = []
     runs: list[MeasuredRun] = []
@@ -152,7 +159,8 @@ def ablate(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "",
                 failed[trial.arm] = run.error or "unknown error"
             rows.append({"arm": trial.arm, "repeat": trial.repeat, "order": trial.order, "duration_s": run.duration_s,
                          "failed": run.failed, "skipped": bool(skip), "failed_at": run.failed_at, "error": run.error,
-                         "warmup_declared": run.warmup_declared, "phases": run.phases})
+                         "warmup_declared": run.warmup_declared, "phases": run.phases,
+                         "resources": trial_resources(run.engine_info, getattr(run, "resources", None))})
             if on_trial:
                 on_trial(trial, run)
         repeats_done = rep + 1
@@ -186,7 +194,7 @@ def ablate(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "",
 
     order = [t for t in order if t.repeat < repeats_done]
     trials = pd.DataFrame(rows, columns=["arm", "repeat", "order", "duration_s", "failed", "skipped", "failed_at",
-                                         "error", "warmup_declared", "phases"])
+                                         "error", "warmup_declared", "phases", "resources"])
     verdicts = _verdicts(arms, effects, failed, skipped, candidate.target_metrics, alpha, repeats_done)
     noise_suspicious = AA in effects and bool(effects[AA]["significant"].any())
     if noise_suspicious:
@@ -226,10 +234,20 @@ def _usable(name: str, failed: dict[str, str], skipped: dict[str, str]) -> bool:
     return name not in failed and name not in skipped
 
 
+def _skip_reason(arm: Arm, reason: str) -> str:
+    """The combined candidate is skipped, not run without the change that cannot run here: the candidate minus
+    a change is another system, and its verdict would be read as the candidate's (validate and gate judge the
+    candidate as written). The one-change arms of the other changes still run and carry the evidence."""
+    if arm.role != "candidate" or len(arm.changes) < 2:
+        return reason
+    return (f"the combined candidate includes a change that cannot run here ({reason}); it is not run without that "
+            "change (that would be another system); the single-change arms of the other changes still run")
+
+
 def _ok_trials(rows: list[dict]) -> pd.DataFrame:
+    cols = ["arm", "repeat", "duration_s", "phases", "resources"]
     ok = [r for r in rows if not r["failed"]]
-    return pd.DataFrame(ok, columns=["arm", "repeat", "duration_s", "phases"]) if ok else pd.DataFrame(
-        columns=["arm", "repeat", "duration_s", "phases"])
+    return pd.DataFrame(ok, columns=cols) if ok else pd.DataFrame(columns=cols)
 
 
 def _all_targets_significant(effects: pd.DataFrame, targets: tuple[str, ...]) -> bool:

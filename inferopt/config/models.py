@@ -200,6 +200,11 @@ class CandidateConfig(Frozen):
             raise ValueError("changes is empty: a candidate must change at least one baseline field")
         apply_changes(self.baseline, self.changes)  # raises with the offending path
         single_change_systems(self.baseline, self.changes)  # each change alone moves exactly one field
+        for i, extra in enumerate(self.ablation.extra_arms):  # alternatives: also exactly one field each
+            try:
+                single_change_systems(self.baseline, extra)
+            except ValueError as exc:
+                raise ValueError(f"ablation.extra_arms[{i}]: {exc}") from exc
         return self
 
     @property

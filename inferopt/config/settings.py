@@ -6,7 +6,7 @@ Deliberately not here: the systems (`systems.py`), workloads, SLOs and hardware 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     Field,
@@ -54,6 +54,20 @@ class AblationSettings(Frozen):
                     "`arm_deployment` on a Prefect work pool (one worker per node), arms in parallel, statistics here")
     arm_deployment: str = Field(default="arm/arm", description="dispatch: workers — the deployment that runs one arm")
     dispatch_timeout_s: PositiveFloat = Field(default=3600.0, description="dispatch: workers — longest wait for all arms")
+    extra_arms: tuple[dict[str, Any], ...] = Field(
+        default=(), description="more one-change arms, compared with the baseline but not part of the combined candidate "
+                                "(alternatives for one field, e.g. [{attn_implementation: flash_attention_2}] beside a "
+                                "candidate that changes it to sdpa); each maps exactly one dotted path to a value and is "
+                                "named `path=value`")
+
+    @field_validator("extra_arms")
+    @classmethod
+    def _one_path_each(cls, value: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        for i, arm in enumerate(value):
+            if len(arm) != 1:
+                raise ValueError(f"extra_arms[{i}] = {arm!r} sets {len(arm)} paths; fix: one dotted path per extra arm, "
+                                 "e.g. {attn_implementation: flash_attention_2} (list several arms for several values)")
+        return value
 
     @model_validator(mode="after")
     def _design(self) -> AblationSettings:

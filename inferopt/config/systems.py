@@ -91,7 +91,8 @@ class HFSystem(Frozen):
     name: str = "hf"
     model: ModelSpec
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    attn_implementation: Literal["eager", "sdpa", "flex_attention", "flash_attention_2"] = "sdpa"
+    attn_implementation: Literal["eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3"] = Field(
+        default="sdpa", description="attention kernel; flash_attention_2|3 are GPU-only (an arm asking for them on cpu is skipped)")
     torch_threads: PositiveInt = 1
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batching: BatchingKnobs = BatchingKnobs()
@@ -99,11 +100,38 @@ class HFSystem(Frozen):
     speculative: SpeculativeDecoding | None = Field(
         default=None, description="draft-then-verify decoding (K5): {draft_model: layers:N | builtin:<name> | <dir>, "
                                   "num_draft_tokens: k}; greedy outputs unchanged; one request at a time")
-    weight_quantization: Literal["none", "bnb-int8", "bnb-nf4", "bnb-fp4", "quanto-int8", "quanto-int4", "quanto-int2"] = Field(
-        default="none", description="weights quantized at load (bitsandbytes on CPU needs every Linear dim % 32 == 0)")
-    kv_cache: Literal["dynamic", "quantized-int4", "quantized-int2"] = Field(
-        default="dynamic", description="KV cache: full precision, or quanto-quantized (saves memory, changes outputs: K2)")
+    weight_quantization: Literal["none", "bnb-int8", "bnb-nf4", "bnb-fp4", "quanto-int8", "quanto-int4", "quanto-int2",
+                                 "torchao-int8"] = Field(
+        default="none", description="weights quantized at load: bitsandbytes (on CPU every Linear dim % 32 == 0), "
+                                    "optimum-quanto, torchao int8 weight-only")
+    bnb_double_quant: bool = Field(
+        default=False, description="bitsandbytes 4-bit only (bnb-nf4|bnb-fp4): quantize the quantization constants too "
+                                   "(bnb_4bit_use_double_quant)")
+    kv_cache: Literal["dynamic", "static", "quanto-int2", "quanto-int4", "hqq-int2", "hqq-int4", "hqq-int8", "fp8",
+                      "quantized-int4", "quantized-int2"] = Field(
+        default="dynamic", description="KV cache: dynamic (full precision, grows), static (preallocated prompt + max new "
+                                       "tokens), or quantized <backend>-int<bits> / fp8 (saves memory, changes outputs: "
+                                       "K2); quantized-int4|int2 are the older names of quanto-int4|int2")
+    kv_residual_length: PositiveInt = Field(
+        default=128, description="quanto/hqq KV caches: the most recent tokens kept in full precision before they are "
+                                 "quantized together (transformers' residual_length)")
+    sliding_window: PositiveInt | None = Field(
+        default=None, description="attention window in tokens (the model's own sliding-window attention, e.g. Mistral; "
+                                  "the cache then keeps only the window); None = as the model's config says")
 
+    @model_validator(mode="after")
+    def _sub_options(self) -> HFSystem:
+        if self.bnb_double_quant and self.weight_quantization not in ("bnb-nf4", "bnb-fp4"):
+            raise ValueError(
+                f"bnb_double_quant: true applies to bitsandbytes 4-bit weights only, but weight_quantization is "
+                f"{self.weight_quantization!r}; fix: weight_quantization: bnb-nf4 (or bnb-fp4) in the same system, or "
+                "drop bnb_double_quant (to ablate double quant, use a bnb-nf4 baseline and change bnb_double_quant alone)")
+        if self.kv_residual_length != 128 and not self.kv_cache.startswith(("quanto-", "hqq-", "quantized-")):
+            raise ValueError(
+                f"kv_residual_length: {self.kv_residual_length} applies to quantized KV caches (quanto-*, hqq-*) only, but "
+                f"kv_cache is {self.kv_cache!r}; fix: kv_cache: quanto-int4 (or hqq-int*) in the same system, or drop "
+                "kv_residual_length (to ablate it, use a quantized-cache baseline and change kv_residual_length alone)")
+        return self
 
     @model_validator(mode="after")
     def _speculative_needs(self) -> HFSystem:

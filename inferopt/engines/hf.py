@@ -27,6 +27,7 @@ from inferopt.engines.hf_loop import GreedyBatch, greedy_generate, left_pad
 from inferopt.engines.hf_speculative import SpecCounters, prepare_draft, serve_speculative
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
 from inferopt.measure.cuda_events import PhaseEventTimer
+from inferopt.model.memory import KVMeter, weight_bytes
 from inferopt.records import ServerTimings, now_s
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -153,6 +154,7 @@ class HFEngine:
         self.tokens_generated = 0
         self.draft: Any = None            # speculative decoding (hf_speculative): the draft, and its counters
         self.spec_counters: SpecCounters | None = None
+        self.kv = KVMeter()               # KV-cache bytes measured from the cache tensors after every batch
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -174,6 +176,8 @@ class HFEngine:
 
         s = self.system
         torch.set_num_threads(s.torch_threads)
+        if s.device != "cpu" and torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()  # this trial's peak: weights as loaded + everything after
         loaded = self._preloaded or load_system_model(s)
         self.model, self.tokenizer, self._device = loaded.model, loaded.tokenizer, loaded.device
         self._cuda = loaded.device.startswith("cuda")
@@ -197,7 +201,7 @@ class HFEngine:
             "torch_threads": torch.get_num_threads(), "device": loaded.device, "device_requested": s.device,
             "batching": s.batching.model_dump(), "stop_at_eos": s.stop_at_eos,
             "param_count": sum(p.numel() for p in params),
-            "weight_bytes": sum(p.numel() * p.element_size() for p in params),
+            "weight_bytes": weight_bytes(self.model),  # quantized tensors counted as stored (model.memory)
             "torch_version": torch.__version__, "transformers_version": transformers.__version__,
             "warmup": WARMUP_NOTE, "eos_token_id": self._eos, "pad_token_id": self._pad,
         }
@@ -227,7 +231,8 @@ class HFEngine:
     def info(self) -> dict[str, Any]:
         if not self._info:
             return {"engine": "hf", "name": self.system.name, "started": False}
-        return {**self._info, "cuda_events": self.events.summary()}
+        memory = self.kv.summary(self._info.get("weight_bytes", 0), self._cuda)  # weights, peak KV, peak memory
+        return {**self._info, **memory, "cuda_events": self.events.summary()}
 
     async def server_metrics(self) -> dict[str, float]:
         return {"queue_depth": float(len(self._waiting)), "batches_run": float(self.batches_run),
@@ -313,7 +318,8 @@ class HFEngine:
 
         ids, mask = left_pad([s.request.prompt_token_ids for s in slots], self._pad, self._device)
         max_new = max(s.request.max_new_tokens for s in slots)
-        batch = GreedyBatch(self.model, ids, mask, max_new, pad_token_id=self._pad, kv_cache=self.system.kv_cache)
+        batch = GreedyBatch(self.model, ids, mask, max_new, pad_token_id=self._pad, kv_cache=self.system.kv_cache,
+                            kv_residual_length=self.system.kv_residual_length)
         t = now_s()
         for slot in slots:
             slot.timings.context_ready_s = t
@@ -366,3 +372,4 @@ class HFEngine:
             if not live:
                 break
         self.events.flush()
+        self.kv.note(batch.cache, batch.batch_size * batch.context_len)  # after the last token went out

@@ -12,8 +12,10 @@ and the serving engine (`inferopt.engines.hf.HFEngine`) run exactly the same for
 Every step ends with `.tolist()` (a host copy, which also synchronizes a CUDA stream): a streaming server
 must look at each token, so the bare loop pays that too.
 
-Deliberately not here: queues, threads, timestamps (the engine adds them), sampling, StaticCache,
-continuous batching.
+The KV cache is one of `make_cache`'s kinds (dynamic, static, quantized); `GreedyBatch.cache` and
+`context_len` let the engine measure the bytes it holds (`inferopt.model.memory.cache_bytes`).
+
+Deliberately not here: queues, threads, timestamps (the engine adds them), sampling, continuous batching.
 """
 
 from __future__ import annotations
@@ -39,15 +41,27 @@ def pad_token_id_of(model: Any) -> int:
     return 0
 
 
-def make_cache(model: Any, kv_cache: str = "dynamic") -> Any:
-    """A fresh KV cache for one batch: full precision (`dynamic`) or quanto-quantized (`quantized-int4|int2`)."""
+def make_cache(model: Any, kv_cache: str = "dynamic", max_cache_len: int | None = None,
+               residual_length: int = 128) -> Any:
+    """A fresh KV cache for one batch: `dynamic` (full precision, grows; sliding-window layers when the model's
+    config has a window), `static` (preallocated for `max_cache_len` positions), or quantized
+    (`quanto-int2|int4`, `hqq-int2|int4|int8`, `fp8`; see `inferopt.model.loading.QUANTIZED_KV`)."""
+    from inferopt.model.loading import quantized_cache_kwargs
+
     if kv_cache == "dynamic":
         return DynamicCache(config=model.config)
-    if kv_cache.startswith("quantized-int"):
+    if kv_cache == "static":
+        if max_cache_len is None:
+            raise ValueError("kv_cache static needs max_cache_len (prompt length + max new tokens)")
+        from transformers import StaticCache
+
+        return StaticCache(config=model.config, max_cache_len=max_cache_len)
+    qkw = quantized_cache_kwargs(kv_cache, residual_length)
+    if qkw is not None:
         from transformers import QuantizedCache
 
-        return QuantizedCache(backend="quanto", config=model.config, nbits=int(kv_cache.removeprefix("quantized-int")))
-    raise ValueError(f"kv_cache {kv_cache!r}: unknown; fix: dynamic, quantized-int4 or quantized-int2")
+        return QuantizedCache(config=model.config, **qkw)
+    raise ValueError(f"kv_cache {kv_cache!r}: unknown; fix: dynamic, static, quanto-int2|int4, hqq-int2|int4|int8 or fp8")
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +80,8 @@ class GreedyBatch:
     """
 
     def __init__(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                 max_new_tokens: int, pad_token_id: int | None = None, kv_cache: str = "dynamic") -> None:
+                 max_new_tokens: int, pad_token_id: int | None = None, kv_cache: str = "dynamic",
+                 kv_residual_length: int = 128) -> None:
         self.model = model
         self.input_ids = input_ids
         self.batch_size, self.prompt_len = input_ids.shape
@@ -87,11 +102,19 @@ class GreedyBatch:
         else:
             self._mask = None
         self._cur_len = self.prompt_len
-        self.cache = make_cache(model, kv_cache)
+        self.cache = make_cache(model, kv_cache, max_cache_len=self.prompt_len + max(max_new_tokens, 1),
+                                residual_length=kv_residual_length)
         qc = getattr(getattr(model, "config", None), "quantization_config", None)
-        self._quanto = kv_cache != "dynamic" or "quanto" in str(getattr(qc, "quant_method", qc) or "").lower()
+        self._quanto = (kv_cache not in ("dynamic", "static")
+                        or "quanto" in str(getattr(qc, "quant_method", qc) or "").lower())
         self._next: torch.Tensor | None = None       # (B, 1) ids to feed on the next step
         self._done: torch.Tensor | None = None       # (B, 1) bool: rows fed the pad token
+
+    @property
+    def context_len(self) -> int:
+        """Positions fed to the model so far per row (prompt, left padding included, plus decode steps): what the
+        cache holds keys and values for."""
+        return self._cur_len
 
     def _mask_now(self) -> torch.Tensor | None:
         return None if self._mask is None else self._mask[:, : self._cur_len]

@@ -116,7 +116,10 @@ def test_aa_arm_reports_the_noise_floor(tmp_path: Path) -> None:
     cand = _fast({"decode_step_ms": 6.0}, ["tpot_ms_p50"], aa_arm=True, alpha=0.01)
     res = ablate(cand, tmp_path, system_for_trial=fresh_fake_noise)
     aa = res.effects[res.effects["arm"] == "aa"]
-    assert len(aa) == 6 and aa["ratio_lo"].notna().all()  # every metric's effect is reported, with its CI
+    # every latency metric's effect is reported, with its CI, and each per-trial resource the run measured
+    from inferopt.ablation.compare import METRICS, RESOURCE_METRICS
+    assert {m.name for m in METRICS} <= set(aa["metric"]) <= {m.name for m in METRICS + RESOURCE_METRICS}
+    assert aa["ratio_lo"].notna().all()
     assert res.verdicts["aa"]["verdict"] == "no detectable change" and res.verdicts["aa"]["role"] == "aa"
     assert res.verdicts["candidate"]["verdict"] == "regresses"
 
