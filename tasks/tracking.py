@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,12 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     else:
         out[prefix.rstrip(".")] = data
     return out
+
+
+def metric_key(name: str) -> str:
+    """A metric name MLflow accepts (alphanumerics, _ - . space : /): `=` becomes `:` (slice labels like
+    `tenant=a` read `tenant:a`), anything else `_`; at most 250 characters."""
+    return re.sub(r"[^\w\-. :/]", "_", name.replace("=", ":"))[:250]
 
 
 @dataclass
@@ -107,7 +114,7 @@ class Tracker:
         import time
 
         ts = int(time.time() * 1000)
-        ms = [Metric(k[:250], float(v), ts, step) for k, v in values.items()
+        ms = [Metric(metric_key(k), float(v), ts, step) for k, v in values.items()
               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))]
         for i in range(0, len(ms), 500):
             self.client.log_batch(self._run(name), metrics=ms[i:i + 500])
