@@ -145,7 +145,7 @@ CATALOGUE: tuple[Remedy, ...] = (
     Remedy(
         name="speculative_decoding",
         targets=("bandwidth",),
-        config_fields=("speculative",),
+        config_fields=("speculative", "speculative_config"),
         changes_outputs=False, numeric_check=True, spec="C2, K5",
         risk="low acceptance (domain mismatch, high temperature, capability gap) makes it slower than plain "
              "decoding; draft and verify cost; bursty streaming; nothing for prefill; lossless only with "

@@ -152,3 +152,13 @@ def test_vllm_spec_counters_flatten_and_summarize():
     assert row["measured_tokens_per_round"] == pytest.approx(1 + 60 / 24)
     assert row["cost_ratio"] == 0.0 and row["predicted_speedup"] == pytest.approx(row["predicted_tokens_per_round"])
     assert row["measured_speedup"] == pytest.approx(2.0) and row["measured_speedup_lo"] == pytest.approx(1.25)
+
+
+def test_separate_draft_model_loads_like_the_target(target, prompts):
+    from inferopt.engines.hf_speculative import load_draft, speculative_generate
+
+    system = _system(speculative={"draft_model": TARGET, "num_draft_tokens": 2})
+    draft = load_draft(target, system.speculative, system)
+    assert draft is not target and draft.config.num_hidden_layers == 4
+    out, st = speculative_generate(target, draft, prompts[1], 9, 2)
+    assert len(out) == 9 and set(st.accepted) == {2}       # the same weights: every proposal accepted
