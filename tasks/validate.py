@@ -8,7 +8,7 @@ from prefect import task
 from inferopt.config import CandidateConfig
 from inferopt.report import plots
 from inferopt.validation.scenarios import ScenarioResult, scenario_table, validate
-from tasks.tracking import Tracker, log_records
+from tasks.tracking import Tracker, log_records, metric_key
 
 STEP = "5-validate"
 
@@ -28,7 +28,7 @@ def validate_task(candidate: CandidateConfig, tracker: Tracker, arm: str = "cand
     verdicts = {}
     for r in results:
         name = r.scenario.name
-        tracker.metrics({f"{name}.{k}": v for k, v in r.metrics.items()} | {f"{name}.passed": float(r.passed)}, STEP)
+        tracker.metrics({metric_key(f"{name}.{k}"): v for k, v in r.metrics.items()} | {metric_key(f"{name}.passed"): float(r.passed)}, STEP)
         for tname, t in r.tables.items():   # fairness, queue growth, attempts, failure segments, ...
             if len(t):
                 tracker.table(t, f"{name}.{tname}.parquet", STEP)

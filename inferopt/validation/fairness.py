@@ -105,7 +105,7 @@ class FairnessReport:
         out = {"fairness_jain_tenant": self.jain_tenant, "fairness_jain_priority": self.jain_priority,
                "fairness_starved_groups": float(len(self.starved))}
         for r in t.itertuples():
-            key = f"fairness.{r.group_by}={r.group}"
+            key = f"fairness.{r.group_by}:{r.group}"   # MLflow metric names take no "="
             out[f"{key}.share_ratio"] = float(r.share_ratio)
             out[f"{key}.wait_ms_max"] = float(r.wait_ms_max)
         return out
