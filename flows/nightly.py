@@ -7,7 +7,8 @@
 
 What "accepted" means (one place, MLflow): the production configuration is the `optimize` parent run tagged
 `inferopt.accepted = true`. `--accept RUN_ID` sets it (with `inferopt.accepted_at` and who/what promoted it)
-only on a run whose verdict was `accept`, and clears it (`false`, `inferopt.superseded_by`) on the run it
+on a finished run whose verdict was `accept` (another verdict needs `--reason`, recorded as
+`inferopt.accepted_reason`), and clears it (`false`, `inferopt.superseded_by`) on the run it
 replaces, so exactly one run is production. The nightly check reads from that run its resolved candidate
 (`candidate.resolved.json`: the production system = baseline + changes, the workload, the measure settings)
 and its ablation's `candidate` trials (`4-ablate/phases.parquet`, `trials.parquet`) as the baseline. The
@@ -71,13 +72,17 @@ def find_accepted_run(client: MlflowClient, experiment: str = DEFAULT_EXPERIMENT
     return runs[0].info.run_id
 
 
-def accept_run(client: MlflowClient, run_id: str, by: str = "") -> str | None:
-    """Promote `run_id` (an optimize run whose verdict is accept) to production; returns the run it replaces."""
+def accept_run(client: MlflowClient, run_id: str, by: str = "", reason: str = "") -> str | None:
+    """Promote `run_id` (a finished optimize run whose verdict is accept) to production; returns the run it
+    replaces. Another verdict needs `reason` (e.g. production already runs it), recorded on the run."""
     run = client.get_run(run_id)
     verdict = run.data.tags.get("inferopt.verdict")
-    if run.data.tags.get("inferopt.kind") != "optimize" or verdict != "accept":
-        raise ValueError(f"run {run_id}: only an optimize run with verdict accept can become production "
-                         f"(kind {run.data.tags.get('inferopt.kind')!r}, verdict {verdict!r})")
+    if run.data.tags.get("inferopt.kind") != "optimize" or run.info.status != "FINISHED":
+        raise ValueError(f"run {run_id}: only a finished optimize run can become production "
+                         f"(kind {run.data.tags.get('inferopt.kind')!r}, status {run.info.status})")
+    if verdict != "accept" and not reason.strip():
+        raise ValueError(f"run {run_id}: its verdict is {verdict!r}, not accept; fix: promote an accepted run, or "
+                         "say why this one is production anyway with --reason '...'")
     exp_name = client.get_experiment(run.info.experiment_id).name
     try:
         previous = find_accepted_run(client, exp_name)
@@ -90,6 +95,8 @@ def accept_run(client: MlflowClient, run_id: str, by: str = "") -> str | None:
     client.set_tag(run_id, ACCEPTED_TAG, "true")
     client.set_tag(run_id, "inferopt.accepted_at", now)
     client.set_tag(run_id, "inferopt.accepted_by", by or os.environ.get("USER", "unknown"))
+    if verdict != "accept":
+        client.set_tag(run_id, "inferopt.accepted_reason", f"verdict {verdict}, promoted because: {reason}")
     return previous if previous != run_id else None
 
 
@@ -170,12 +177,17 @@ def nightly(accepted_run_id: str | None = None, repeats: int | None = None, tole
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Nightly regression check of the accepted production configuration.")
     parser.add_argument("--accept", metavar="RUN_ID", help="promote an optimize run (verdict accept) to production")
+    parser.add_argument("--reason", default="", help="with --accept: why a run whose verdict is not accept is production")
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     parser.add_argument("--serve", action="store_true", help="serve deployment nightly/nightly")
     parser.add_argument("--cron", default="0 2 * * *", help="with --serve: the schedule (UTC)")
     args = parser.parse_args(argv)
     if args.accept:
-        previous = accept_run(MlflowClient(tracking_uri=tracking_uri()), args.accept)
+        try:
+            previous = accept_run(MlflowClient(tracking_uri=tracking_uri()), args.accept, reason=args.reason)
+        except ValueError as exc:
+            print(f"not promoted: {exc}", file=sys.stderr)
+            return 2
         print(f"production = run {args.accept}" + (f" (replaces {previous})" if previous else ""))
         return 0
     if args.serve:
