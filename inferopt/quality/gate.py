@@ -124,7 +124,7 @@ def combine_quality(suite_status: str, suite_reasons: list[str], drift_status: s
     if required:
         if suite_status in ("pass", "inconclusive"):
             return suite_status, reasons + ["outputs may differ by design (the remedy alters them): the suite decides"]
-        return drift_status, reasons  # no suite (e.g. fake or served arms): the drift evidence is all there is
+        return drift_status, reasons  # no suite (fake arms, or it could not run): the drift evidence is all there is
     if drift_status == "fail":
         return "fail", reasons + ["a pure systems change must not change outputs, and these drifted"]
     if suite_status == "inconclusive":
