@@ -109,9 +109,14 @@ def run_overload(system: AnySystem, workload: WorkloadConfig, table: pd.DataFram
             reasons.insert(1, _growth_line(growth, "unbounded queue"))
     else:
         passed, reasons = check_slo(metrics, slo, rejections_allowed=True)
+        refused = sum(a.outcome == "rejected" and not a.request_id.startswith("warmup-")
+                      for eng in made for a in eng.attempts)   # attempts refused, retried or not
+        metrics["rejected_attempts"] = float(refused)
+        retried = f" ({refused} attempts refused in all, the client retrying)" if made else ""
         reasons.insert(0, f"admission control (queue bound {limit}) held p99 TTFT at {metrics['ttft_ms_p99']:.0f} ms "
-                          f"while rejecting {100 * metrics['rejected_rate']:.1f} % of {int(metrics['requests'])} requests")
-        if metrics["rejected_rate"] == 0 and metrics["timeout_rate"] == 0:
+                          f"while rejecting {100 * metrics['rejected_rate']:.1f} % of {int(metrics['requests'])} "
+                          f"requests{retried}")
+        if metrics["rejected_rate"] == 0 and metrics["timeout_rate"] == 0 and not refused:
             reasons.append("note: nothing was rejected — the offered load did not exceed capacity (raise rate_scale)")
     result.reasons = reasons   # one list: the lines below append to it
     add_attempts(result, made)
