@@ -220,7 +220,7 @@ def run_case(case: CaseConfig, out_dir: str | Path, *, only: tuple[str, ...] = (
     for name, st in case.strategies.items():
         if only and name not in only:
             continue
-        slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
+        slug = "-".join("".join(c if c.isalnum() else " " for c in name).split())
         run = run_system(st.system(slug), table, RunTags(run_tag=case.name, arm=name, scenario="case"),
                          timeout_s=timeout_s, records_path=Path(out_dir) / slug / "requests.jsonl",
                          warmup_requests=case.warmup_requests)

@@ -76,7 +76,7 @@ def fairness_table(phases: pd.DataFrame, by: str, *, duration_s: float, max_wait
             "error": int((g["outcome"] == "error").sum()), "offered_share": offered_share, "served_share": served_share,
             "weight_share": (weights.get(str(key), 0.0) / wsum) if weights and wsum else float("nan"),
             "share_ratio": ratio,
-            "share_p": float(binom.cdf(len(ok), ok_all, offered_share)) if ok_all and offered_share == offered_share else float("nan"),
+            "share_p": float(binom.cdf(len(ok), ok_all, offered_share)) if ok_all and not np.isnan(offered_share) else float("nan"),
             "tokens_per_s": float(ok["output_len"].sum()) / max(duration_s, 1e-9),
             "wait_source": source, "wait_ms_p50": _q(wait, 0.5), "wait_ms_p99": _q(wait, 0.99),
             "wait_ms_max": float(wait.max()) if len(wait) else float("nan"),
@@ -85,7 +85,7 @@ def fairness_table(phases: pd.DataFrame, by: str, *, duration_s: float, max_wait
         why = []
         if len(wait) and row["wait_ms_max"] > max_wait_ms:
             why.append(f"max wait {row['wait_ms_max']:.0f} ms > {max_wait_ms:g} ms")
-        if len(g) >= min_requests and ratio == ratio and ratio < min_share_ratio and row["share_p"] < alpha:
+        if len(g) >= min_requests and not np.isnan(ratio) and ratio < min_share_ratio and row["share_p"] < alpha:
             why.append(f"served share {served_share:.3f} is {ratio:.2f} x its offered share {offered_share:.3f} "
                        f"(< {min_share_ratio:g}; chance p = {row['share_p']:.2g})")
         row["starved"], row["why"] = bool(why), "; ".join(why)
@@ -119,8 +119,8 @@ def fairness_report(phases: pd.DataFrame, *, duration_s: float, max_wait_ms: flo
                     min_requests: int = 5, alpha: float = 0.01,
                     weights: Mapping[str, float] | None = None) -> FairnessReport:
     """Per-tenant and per-priority tables, both Jain indexes and the starved groups of one run."""
-    kw = dict(duration_s=duration_s, max_wait_ms=max_wait_ms, min_share_ratio=min_share_ratio,
-              min_requests=min_requests, alpha=alpha)
+    kw = {"duration_s": duration_s, "max_wait_ms": max_wait_ms, "min_share_ratio": min_share_ratio,
+          "min_requests": min_requests, "alpha": alpha}
     tenants = fairness_table(phases, "tenant", weights=weights, **kw)
     prios = fairness_table(phases, "priority", **kw)
     table = pd.concat([tenants, prios], ignore_index=True)

@@ -6,6 +6,7 @@ Deliberately not here: running a scenario (`scenarios.py`, `overload.py`, `node_
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,14 +44,14 @@ def check_slo(metrics: dict[str, float], slo: SLOConfig, *, rejections_allowed: 
     reasons, ok = [], True
     for key, bound, label in checks:
         value = metrics.get(key, float("nan"))
-        held = value == value and value <= bound  # NaN (no successful request) fails
+        held = not math.isnan(value) and value <= bound  # NaN (no successful request) fails
         ok &= held
         reasons.append(f"{label} {value:.1f} ms {'<=' if held else '>'} {bound:g} ms: {'ok' if held else 'FAIL'}")
     timeout_rate = metrics.get("timeout_rate", 0.0)
     failure_rate = metrics.get("error_rate", 0.0) + (0.0 if rejections_allowed else metrics.get("rejected_rate", 0.0))
-    label = "error rate" if rejections_allowed else "error+rejected rate"
+    failure_label = "error rate" if rejections_allowed else "error+rejected rate"
     for label, value, bound in (("timeout rate", timeout_rate, slo.max_timeout_rate),
-                                (label, failure_rate, slo.max_error_rate)):
+                                (failure_label, failure_rate, slo.max_error_rate)):
         held = value <= bound
         ok &= held
         reasons.append(f"{label} {value:.3f} {'<=' if held else '>'} {bound:g}: {'ok' if held else 'FAIL'}")

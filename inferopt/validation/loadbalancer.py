@@ -143,7 +143,7 @@ class NginxBalancer:
         conf = self.workdir / "nginx.conf"
         conf.write_text(nginx_config(self.upstreams, self.port, self.workdir, fail_timeout_s=self.fail_timeout_s))
         cmd = [self.binary, "-e", str(self.workdir / "error.log"), "-p", str(self.workdir), "-c", str(conf)]
-        check = subprocess.run([*cmd, "-t"], capture_output=True, text=True, timeout=30)
+        check = subprocess.run([*cmd, "-t"], capture_output=True, text=True, timeout=30, check=False)
         if check.returncode != 0:
             raise RuntimeError(f"nginx rejected the generated config {conf}: {check.stderr.strip()}")
         with (self.workdir / "stdout.log").open("wb") as out:

@@ -37,14 +37,30 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.config import AnySystem, OpenAISystem, ScenarioConfig, SLOConfig, VLLMSystem, WorkloadConfig
+from inferopt.config import (
+    AnySystem,
+    OpenAISystem,
+    ScenarioConfig,
+    SLOConfig,
+    VLLMSystem,
+    WorkloadConfig,
+)
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
 from inferopt.records import now_s, read_records
 from inferopt.validation.failover import failover_summary, segment_table
-from inferopt.validation.judge import ScenarioResult, add_attempts, check_slo, retry_wrapper
-from inferopt.validation.loadbalancer import NginxBalancer, access_log_frame, nginx_binary
+from inferopt.validation.judge import (
+    ScenarioResult,
+    add_attempts,
+    check_slo,
+    retry_wrapper,
+)
+from inferopt.validation.loadbalancer import (
+    NginxBalancer,
+    access_log_frame,
+    nginx_binary,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +90,7 @@ class ProcessReplica:
                 tail = self.log_path.read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"replica {self.name} exited with {self.proc.returncode} while starting "
                                    f"(log {self.log_path}):\n{tail}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2.0) as r:  # noqa: S310 - 127.0.0.1
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2.0) as r:
                 if r.status == 200:
                     return
             if time.monotonic() > deadline:

@@ -23,11 +23,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from inferopt.config import AnySystem, FakeSystem, HFSystem, ScenarioConfig, SLOConfig, VLLMSystem, WorkloadConfig
+from inferopt.config import (
+    AnySystem,
+    FakeSystem,
+    HFSystem,
+    ScenarioConfig,
+    SLOConfig,
+    VLLMSystem,
+    WorkloadConfig,
+)
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
-from inferopt.validation.judge import ScenarioResult, add_attempts, check_slo, retry_wrapper
+from inferopt.validation.judge import (
+    ScenarioResult,
+    add_attempts,
+    check_slo,
+    retry_wrapper,
+)
 
 MIN_GOODPUT_RATIO = 0.5
 WINDOWS = 4

@@ -23,12 +23,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from inferopt.config import AnySystem, GammaArrivals, ScenarioConfig, SLOConfig, WorkloadConfig
+from inferopt.config import (
+    AnySystem,
+    GammaArrivals,
+    ScenarioConfig,
+    SLOConfig,
+    WorkloadConfig,
+)
 from inferopt.config.settings import FairnessSettings
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import run_system
 from inferopt.measure.slices import headline
-from inferopt.validation.judge import (  # noqa: F401 - ScenarioResult and check_slo are this module's API too
+from inferopt.validation.judge import (
     ScenarioResult,
     add_attempts,
     check_slo,

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from inferopt.config import LengthConfig, PoissonArrivals, ScenarioConfig, SLOConfig, WorkloadConfig
+from inferopt.config import (
+    LengthConfig,
+    PoissonArrivals,
+    ScenarioConfig,
+    SLOConfig,
+    WorkloadConfig,
+)
 from inferopt.config.loader import load_config
 from inferopt.validation.scenarios import validate
 

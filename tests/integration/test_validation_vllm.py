@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 
-from inferopt.config import ModelSpec, PoissonArrivals, ScenarioConfig, SLOConfig, TenantConfig, VLLMSystem, WorkloadConfig
+from inferopt.config import (
+    ModelSpec,
+    PoissonArrivals,
+    ScenarioConfig,
+    SLOConfig,
+    TenantConfig,
+    VLLMSystem,
+    WorkloadConfig,
+)
 from inferopt.config.models import LengthConfig
 from inferopt.records import read_records
 from inferopt.validation.loadbalancer import nginx_binary

@@ -12,7 +12,13 @@ import time
 import pandas as pd
 from fake_openai_server import FakeOpenAIServer
 
-from inferopt.client.retry import RetryingEngine, RetryPolicy, attempts_frame, parse_retry_after_s, retry_wait_s
+from inferopt.client.retry import (
+    RetryingEngine,
+    RetryPolicy,
+    attempts_frame,
+    parse_retry_after_s,
+    retry_wait_s,
+)
 from inferopt.config import ConstantArrivals, LengthConfig, OpenAISystem, WorkloadConfig
 from inferopt.engines.openai import OpenAIEngine
 from inferopt.measure.runner import RunTags, run_open_loop

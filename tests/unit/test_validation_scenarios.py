@@ -12,7 +12,15 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from inferopt.config import FakeSystem, LengthConfig, PoissonArrivals, ScenarioConfig, SLOConfig, TenantConfig, WorkloadConfig
+from inferopt.config import (
+    FakeSystem,
+    LengthConfig,
+    PoissonArrivals,
+    ScenarioConfig,
+    SLOConfig,
+    TenantConfig,
+    WorkloadConfig,
+)
 from inferopt.config.settings import ValidationSettings
 from inferopt.config.systems import BatchingKnobs
 from inferopt.validation.fairness import fairness_report, jain_index
@@ -116,7 +124,11 @@ def test_node_failure_on_a_fake_engine_says_it_needs_vllm(tmp_path: Path) -> Non
 @pytest.mark.skipif(nginx_binary() is None, reason="no nginx; fix: bash scripts/setup_nginx.sh")
 def test_node_failure_behind_nginx_loses_no_record_and_reports_recovery(tmp_path: Path) -> None:
     from inferopt.engines.vllm import free_port
-    from inferopt.validation.node_failure import ProcessReplica, ReplicaPlan, run_node_failure
+    from inferopt.validation.node_failure import (
+        ProcessReplica,
+        ReplicaPlan,
+        run_node_failure,
+    )
     from inferopt.validation.scenarios import scenario_requests, scenario_workload
 
     def make(i: int, log_dir: Path) -> ProcessReplica:
