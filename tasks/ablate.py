@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from prefect import task
 
+from inferopt.ablation.compare import trial_resources
 from inferopt.ablation.plan import Trial
 from inferopt.ablation.run import AblationResult, ablate
 from inferopt.config import CandidateConfig
@@ -25,8 +26,9 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
     def on_trial(trial: Trial, run: MeasuredRun) -> None:
         name = f"arm-{trial.arm}"
         tracker.child(name, tags={"inferopt.step": "ablate", "inferopt.arm": trial.arm})
-        if not run.failed:
-            tracker.metrics(headline(run.phases, run.duration_s), name, step=trial.repeat)
+        if not run.failed:  # latency headline and the trial's memory / KV bytes (and RSS, CPU time where measured)
+            tracker.metrics({**headline(run.phases, run.duration_s),
+                             **trial_resources(run.engine_info, getattr(run, "resources", None))}, name, step=trial.repeat)
         # the serving process tree's peak RSS / CPU time over the load, NVML power/memory/clock on GPUs
         res = getattr(run, "resources", None) or {}
         tracker.metrics({f"resources.{k}": v for k, v in res.items()}, name, step=trial.repeat)  # numbers only
@@ -53,7 +55,10 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
         if v:
             tracker.json(v, "arm_verdict.json", name)
         if len(result.effects) and arm.name in set(result.effects["arm"]):
-            tracker.table(result.effects[result.effects["arm"] == arm.name], "effects.parquet", name)
+            mine = result.effects[result.effects["arm"] == arm.name]
+            tracker.table(mine, "effects.parquet", name)
+            tracker.metrics({f"effect.{r.metric}.{k}": getattr(r, k) for r in mine.itertuples()
+                             for k in ("ratio", "ratio_lo", "ratio_hi", "diff", "diff_lo", "diff_hi", "p_value")}, name)
         spec = result.speculative[result.speculative["arm"] == arm.name] if len(result.speculative) else None
         if spec is not None and len(spec):  # SPEC K5: acceptance, tokens per round, speed-up predicted vs measured
             tracker.metrics({f"speculative.{k}": v for k, v in spec.iloc[0].to_dict().items()}, name)

@@ -137,6 +137,7 @@ class HFEngine:
         self._mailbox: _Mailbox | None = None
         self.knobs = system.batching
         self._cond = threading.Condition()
+        self._batch_lock = threading.Lock()  # held by the worker while a batch runs and its KV bytes are noted
         self._waiting: dict[str, _Slot] = {}
         self._keys = itertools.count()
         self._stopping = False
@@ -231,7 +232,12 @@ class HFEngine:
     def info(self) -> dict[str, Any]:
         if not self._info:
             return {"engine": "hf", "name": self.system.name, "started": False}
-        memory = self.kv.summary(self._info.get("weight_bytes", 0), self._cuda)  # weights, peak KV, peak memory
+        got = self._batch_lock.acquire(timeout=10.0)  # the last batch's KV note lands just after its last token
+        try:
+            memory = self.kv.summary(self._info.get("weight_bytes", 0), self._cuda)  # weights, peak KV, peak memory
+        finally:
+            if got:
+                self._batch_lock.release()
         return {**self._info, **memory, "cuda_events": self.events.summary()}
 
     async def server_metrics(self) -> dict[str, float]:
@@ -291,7 +297,8 @@ class HFEngine:
                 slot.timings.admitted_s = admitted_s
                 slot.timings.batch_size_at_admit = len(slots)
             try:
-                self._run_batch(slots)
+                with self._batch_lock:
+                    self._run_batch(slots)
             except Exception as exc:  # noqa: BLE001 - every unfinished member gets the error; the worker carries on
                 message = f"{type(exc).__name__}: {exc}"
                 t = now_s()
