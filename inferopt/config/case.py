@@ -85,7 +85,9 @@ class CaseConfig(Frozen):
     tenants: dict[str, CaseTenant]
     slo: SLOConfig
     strategies: dict[str, CaseStrategy]
-    warmup_requests: NonNegativeInt = Field(default=2, description="sent one at a time before the clock starts, not counted")
+    warmup_requests: NonNegativeInt = Field(default=2, description="sent one at a time before the clock starts, not "
+                                       "counted: the timeline's first rows; every tenant's first request arrives at 0 s, so "
+                                       "at least one per tenant warms every pool")
 
     @model_validator(mode="after")
     def _consistent(self) -> CaseConfig:
