@@ -73,7 +73,7 @@ def cost_table(trials: pd.DataFrame, slo: SLOConfig, hw: HardwareProfile, thread
             energy_label = "estimate: TDP x 1.0 (no power measured)"
         energy_j = energy_estimate_j(device_s, hw.tdp_w, util)
         cost = cost_per_successful_task(device_s, hw.price_per_hour_usd, energy_j, USD_PER_KWH, n_success)
-        row = {"arm": arm, "device_s": device_s, "requests": int(len(phases)), "successful": n_success,
+        row = {"arm": arm, "device_s": device_s, "requests": len(phases), "successful": n_success,
                "success_rate": n_success / max(1, len(phases)), "energy_j": energy_j, "energy_basis": energy_label,
                **cost}
         rate = (task_success or {}).get(str(arm))

@@ -118,7 +118,7 @@ def run_in_memory(model: Any, tokenizer: Any, *, tasks: tuple[str, ...] = SUITE,
 
 def _post_json(url: str, body: dict[str, Any], timeout_s: float = 60.0) -> dict[str, Any]:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as r:  # noqa: S310 - a local or configured endpoint
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
         return json.loads(r.read().decode())
 
 
@@ -146,8 +146,9 @@ def run_served(base_url: str, served_model: str, tokenizer_dir: str | None, *, t
     """Evaluate an OpenAI-compatible server (e.g. a vLLM arm) with lm-eval's `local-completions`, task by task.
 
     `tokenizer_dir`: the served model's tokenizer (prompts go as token ids, scored exactly like the
-    in-memory path); None = the server's own `/tokenize` if it has one, else text prompts and no
-    log-likelihood tasks. Tasks that cannot run are in `skipped` with the reason."""
+    in-memory path); None = the server's own `/tokenize` if it has one (lm-eval asks it without special
+    tokens, so no BOS: comparable between two such arms, not with the in-memory path), else text prompts and
+    no log-likelihood tasks. Tasks that cannot run are in `skipped` with the reason."""
     _offline_env()
     from lm_eval.models.openai_completions import LocalCompletionsAPI
     from lm_eval.utils import check_remote_tokenizer_support

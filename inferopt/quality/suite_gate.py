@@ -27,8 +27,21 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.config import AnySystem, GateSettings, HFSystem, ModelSpec, OpenAISystem, VLLMSystem
-from inferopt.quality.sliced import PRIMARY_METRIC, accuracy_by_slice, calibration, compare, overall_status
+from inferopt.config import (
+    AnySystem,
+    GateSettings,
+    HFSystem,
+    ModelSpec,
+    OpenAISystem,
+    VLLMSystem,
+)
+from inferopt.quality.sliced import (
+    PRIMARY_METRIC,
+    accuracy_by_slice,
+    calibration,
+    compare,
+    overall_status,
+)
 
 
 @dataclass
@@ -114,8 +127,8 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
     arms = {"baseline": base, "candidate": cand}
     paths = {arm: evaluation_path(s, gate) for arm, s in arms.items()}
     if None in paths.values():
-        return SuiteGate("skipped", [f"the suite cannot evaluate {base.engine}/{cand.engine} arms (a fake engine "
-                                     "generates no text)"])
+        return SuiteGate("skipped", [(f"the suite cannot evaluate {base.engine}/{cand.engine} arms (a fake engine "
+                                      "generates no text)")])
     model = cand.model.path if gate.quality_model == "system" and hasattr(cand, "model") else (
         "each arm's own model" if gate.quality_model == "system" else f"{gate.quality_model} (proxy: each arm's settings applied to it)")
     results: dict[str, Any] = {}
@@ -124,8 +137,8 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
         try:
             results[arm], said[arm] = run_arm(system, gate)
         except Exception as exc:  # noqa: BLE001 - evidence that could not be gathered is reported, not raised
-            return SuiteGate("skipped", [f"quality suite failed to run on the {arm} ({paths[arm]}): "
-                                         f"{type(exc).__name__}: {str(exc)[-1500:]}"], model=model, paths=paths,
+            return SuiteGate("skipped", [(f"quality suite failed to run on the {arm} ({paths[arm]}): "
+                                          f"{type(exc).__name__}: {str(exc)[-1500:]}")], model=model, paths=paths,
                             evaluated=said)
     rb, rc = results["baseline"], results["candidate"]
     path_lines = [f"  {arm} [{paths[arm]}]: {said[arm]}" for arm in arms]

@@ -7,7 +7,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from inferopt.config import FakeSystem, GateSettings, HFSystem, ModelSpec, OpenAISystem, VLLMSystem
+from inferopt.config import (
+    FakeSystem,
+    GateSettings,
+    HFSystem,
+    ModelSpec,
+    OpenAISystem,
+    VLLMSystem,
+)
 from inferopt.model.builtin import shipped_dir
 from inferopt.quality import suite_gate
 from inferopt.quality.lmeval import SuiteResult
