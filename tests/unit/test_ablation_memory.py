@@ -174,3 +174,27 @@ def test_trial_resources_take_the_first_finite_number_per_key() -> None:
     out = trial_resources({"weight_bytes": 10, "kv_peak_bytes": float("nan"), "peak_rss_bytes": True},
                           {"kv_peak_bytes": 7, "peak_rss_bytes": 99, "cpu_time_s": np.float64(0.5)}, None)
     assert out == {"weight_bytes": 10.0, "kv_peak_bytes": 7.0, "peak_rss_bytes": 99.0, "cpu_time_s": 0.5}
+
+
+def test_sliding_window_is_applied_at_load_and_the_cache_keeps_only_the_window(tmp_path: Path) -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from inferopt.model.loading import load_system_model, resolve_model_dir
+
+    cfg = MistralConfig(vocab_size=288, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=None)
+    torch.manual_seed(0)
+    MistralForCausalLM(cfg).save_pretrained(tmp_path)
+    spec = ModelSpec(path=str(tmp_path), tokenizer=str(resolve_model_dir(TINY)))
+    sizes = {}
+    for window in (None, 8):
+        system = HFSystem(model=spec, sliding_window=window)
+        assert unavailable_reason(system) is None
+        model = load_system_model(system).model
+        assert model.config.sliding_window == window
+        batch = GreedyBatch(model, torch.tensor([list(range(3, 33))]), None, 3)
+        batch.prefill()
+        batch.step()
+        sizes[window] = cache_bytes(batch.cache)
+    assert sizes[None] == 2 * 2 * 2 * 16 * 4 * 31                     # every position kept
+    assert sizes[8] < sizes[None] / 2                                 # only about the window
