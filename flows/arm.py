@@ -51,7 +51,7 @@ def arm_flow(config: dict[str, Any], arm: str, parent_run_id: str, arm_run_id: s
         print(f"[arm {arm} on {host}] repeat {trial.repeat}: "
               + (f"FAILED {(run.error or '').splitlines()[0]}" if run.failed else f"{run.duration_s:.1f} s"), flush=True)
 
-    runs, window = run_arm_trials(cfg, arm, out, run_tag=parent_run_id, on_trial=on_trial, repeats=repeats)
+    _runs, window = run_arm_trials(cfg, arm, out, run_tag=parent_run_id, on_trial=on_trial, repeats=repeats)
     client.log_artifacts(arm_run_id, str(out), artifact_path="trials")
     ts = int(window.end_s * 1000)
     client.log_batch(arm_run_id, metrics=[Metric("worker.start_s", window.start_s, ts, 0),
