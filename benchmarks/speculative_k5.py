@@ -7,9 +7,10 @@ one request at a time (closed loop: no queueing in TPOT), the same seeded prompt
 workloads draw them), fixed output lengths (no EOS stop). Repeats alternate which arm goes first (ABBA).
 
 - a: per-position MLE over every round (`inferopt.analysis.speculative.acceptance_rate`);
-- cost ratio c: the engine's mean draft decode forward / mean verify forward;
-- `predicted_speedup_measured_costs`: measured tokens per round x plain TPOT / (k draft forwards + one verify, as
-  timed): where the gap between the formula and the measurement comes from (verify > one step, loop overhead);
+- cost ratio c (Leviathan's): the engine's mean draft decode forward / one plain step (the plain arm's TPOT p50);
+- `predicted_speedup` = (1 + a + ... + a^k) / (k c + 1) prices a verify forward at one plain step;
+  `predicted_speedup_with_verify_cost` prices it as timed (/ (k c + v), v = verify / plain step): the part of
+  the gap between formula and measurement that the verify forward explains;
 - measured speed-up: median per-request TPOT (server token timestamps, (last - first) / (n - 1)) of the plain
   arm / of the speculative arm, pooled over repeats; per-repeat ratios are printed too (the noise);
 - `outputs_equal`: every request's greedy tokens are the same in both arms (they must be).
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from inferopt.analysis.speculative import summarize  # noqa: E402
+from inferopt.analysis.speculative import predicted_speedup, summarize  # noqa: E402
 from inferopt.config import HFSystem, ModelSpec  # noqa: E402
 from inferopt.engines.base import FinishEvent, GenRequest, TokenEvent  # noqa: E402
 
@@ -113,11 +114,11 @@ def main() -> None:
         per_repeat.append(ratio)
         print(f"repeat {rep}: order {order}, TPOT p50 plain/spec = {ratio:.3f}", flush=True)
 
-    c = (counters["spec_draft_s"] / counters["spec_draft_forwards"]) / (counters["spec_verify_s"] / counters["spec_verify_forwards"])
-    s = summarize(args.k, drafted, accepted, cost_ratio=c)
     draft_ms = 1000.0 * counters["spec_draft_s"] / counters["spec_draft_forwards"]
     verify_ms = 1000.0 * counters["spec_verify_s"] / counters["spec_verify_forwards"]
     plain_ms = float(np.median(tpot["plain"]))
+    c, v = draft_ms / plain_ms, verify_ms / plain_ms
+    s = summarize(args.k, drafted, accepted, cost_ratio=c)
     out = {
         "acceptance_rate": round(s.acceptance_rate, 4), "k": args.k,
         "predicted_tokens_per_round": round(s.predicted_tokens_per_round, 4),
@@ -126,10 +127,10 @@ def main() -> None:
         "measured_speedup": round(float(np.median(tpot["plain"]) / np.median(tpot["spec"])), 4),
         "measured_speedup_per_repeat": [round(r, 4) for r in per_repeat],
         "cost_ratio": round(c, 4), "draft_acceptance_rate": round(s.draft_acceptance_rate, 4),
-        # the formula assumes a verify forward costs one plain step; with the measured costs instead:
+        # the formula prices a verify forward at one plain step; priced as timed instead:
         "draft_ms_per_forward": round(draft_ms, 3), "verify_ms_per_forward": round(verify_ms, 3),
-        "predicted_speedup_measured_costs": round(s.measured_tokens_per_round * plain_ms
-                                                  / (args.k * draft_ms + verify_ms), 4),
+        "verify_cost_ratio": round(v, 4),
+        "predicted_speedup_with_verify_cost": round(predicted_speedup(s.acceptance_rate, args.k, c, v), 4),
         "tpot_ms_p50_plain": round(float(np.median(tpot["plain"])), 3),
         "tpot_ms_p50_spec": round(float(np.median(tpot["spec"])), 3),
         "rounds": s.rounds, "outputs_equal": bool(equal), "draft": args.draft, "target": TARGET,

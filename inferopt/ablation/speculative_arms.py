@@ -4,8 +4,11 @@ to the measured one (TPOT p50, baseline / arm, with the CI of the effects table)
 
 Where the figures come from:
 - hf engine (`HFSystem.speculative`): every measured request's rounds (`spec_drafted`, `spec_accepted` on its
-  record), pooled over the arm's trials; the cost ratio c = mean draft decode forward / mean verify forward, from
-  the engine's `spec_*` counters (`server_metrics` differences over each trial);
+  record), pooled over the arm's trials; the cost ratio c = mean draft decode forward (the engine's `spec_*`
+  counters, `server_metrics` differences over each trial) / one plain target step, the baseline's TPOT p50 —
+  Leviathan's c. Their formula prices a verify forward at one plain step; a (k+1)-token verify costs more
+  (on CPU with a tiny model about two steps), so `predicted_speedup_with_verify_cost` also prices it as timed:
+  (1 + a + ... + a^k) / (k c + verify / step);
 - vLLM (`VLLMSystem.speculative_config`): the server's `vllm:spec_decode_*` counters over each trial. vLLM counts
   accepted tokens per position but not drafted tokens per round, so the rounds that ended in a rejection are
   bounded from above (rounds not fully accepted at position k, and drafted - accepted): exact when every
@@ -21,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.analysis.speculative import SpeculativeSummary, summarize, summarize_counters
+from inferopt.analysis.speculative import SpeculativeSummary, predicted_speedup, summarize, summarize_counters
 from inferopt.config import HFSystem, VLLMSystem
 
 SPEEDUP_METRIC = "tpot_ms_p50"
@@ -41,7 +44,7 @@ def _sum(runs: list[Any], key: str) -> float:
     return float(sum(r.server_metrics.get(key, 0.0) for r in runs))
 
 
-def _hf_summary(k: int, runs: list[Any]) -> SpeculativeSummary:
+def _hf_summary(k: int, runs: list[Any], plain_step_ms: float) -> tuple[SpeculativeSummary, dict[str, float]]:
     drafted: list[int] = []
     accepted: list[int] = []
     for run in runs:
@@ -49,9 +52,16 @@ def _hf_summary(k: int, runs: list[Any]) -> SpeculativeSummary:
             drafted += rec.spec_drafted
             accepted += rec.spec_accepted
     df, vf = _sum(runs, "spec_draft_forwards"), _sum(runs, "spec_verify_forwards")
-    c = ((_sum(runs, "spec_draft_s") / df) / (_sum(runs, "spec_verify_s") / vf)
-         if df and vf and _sum(runs, "spec_verify_s") > 0 else math.nan)
-    return summarize(k, drafted, accepted, c)
+    draft_ms = 1000.0 * _sum(runs, "spec_draft_s") / df if df else math.nan
+    verify_ms = 1000.0 * _sum(runs, "spec_verify_s") / vf if vf else math.nan
+    step = plain_step_ms if plain_step_ms > 0 else math.nan
+    s = summarize(k, drafted, accepted, draft_ms / step)
+    v = verify_ms / step
+    return s, {"draft_ms_per_forward": draft_ms, "verify_ms_per_forward": verify_ms, "plain_step_ms": plain_step_ms,
+               "verify_cost_ratio": v,
+               "predicted_speedup_with_verify_cost": (predicted_speedup(s.acceptance_rate, k, s.cost_ratio, v)
+                                                      if all(map(math.isfinite, (s.acceptance_rate, s.cost_ratio, v)))
+                                                      and v > 0 else math.nan)}
 
 
 def _vllm_summary(k: int, system: VLLMSystem, runs: list[Any]) -> SpeculativeSummary:
@@ -73,11 +83,15 @@ def speculative_table(arms: list[Any], runs: list[Any], effects: pd.DataFrame) -
         ok = [r for r in runs if r.tags.arm == arm.name and not r.failed]
         if not ok:
             continue
-        s = _hf_summary(k, ok) if isinstance(arm.system, HFSystem) else _vllm_summary(k, arm.system, ok)
-        row: dict[str, Any] = {"arm": arm.name, "engine": arm.system.engine, "trials": len(ok), **s.as_dict(),
-                               "speedup_metric": SPEEDUP_METRIC, "measured_speedup": math.nan,
-                               "measured_speedup_lo": math.nan, "measured_speedup_hi": math.nan}
         eff = effects[(effects["arm"] == arm.name) & (effects["metric"] == SPEEDUP_METRIC)] if len(effects) else effects
+        step_ms = float(eff.iloc[0]["baseline_value"]) if len(eff) else math.nan   # the plain arm's TPOT p50
+        if isinstance(arm.system, HFSystem):
+            s, costs = _hf_summary(k, ok, step_ms)
+        else:
+            s, costs = _vllm_summary(k, arm.system, ok), {}
+        row: dict[str, Any] = {"arm": arm.name, "engine": arm.system.engine, "trials": len(ok), **s.as_dict(),
+                               **costs, "speedup_metric": SPEEDUP_METRIC, "measured_speedup": math.nan,
+                               "measured_speedup_lo": math.nan, "measured_speedup_hi": math.nan}
         if len(eff):
             e = eff.iloc[0]
             row["measured_speedup"] = 1.0 / e["ratio"] if e["ratio"] else math.nan

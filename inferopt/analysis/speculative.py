@@ -5,8 +5,9 @@ earlier one was; the first rejection ends the round; the target's verify forward
 own (the correction, or a bonus token when all k were accepted). Then
 
 - expected tokens per round = 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a);
-- with c = (one draft forward) / (one target forward), and the verify forward costing one target forward,
-  expected speed-up over plain decoding = (1 - a^(k+1)) / ((1 - a) (k c + 1)).
+- with c = (one draft forward) / (one plain target step), and the verify forward costing one target step,
+  expected speed-up over plain decoding = (1 - a^(k+1)) / ((1 - a) (k c + 1)); a verify forward that costs v
+  plain steps gives / (k c + v) instead.
 
 `acceptance_rate` estimates a from observed rounds by maximum likelihood: every proposal position that was
 judged is one Bernoulli trial (accepted, or the round's rejection); positions after a rejection were never
@@ -40,12 +41,15 @@ def expected_tokens_per_round(acceptance_rate: float, k: int) -> float:
     return float(k + 1) if a == 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-def predicted_speedup(acceptance_rate: float, k: int, cost_ratio: float) -> float:
-    """Leviathan et al.'s expected walltime improvement: tokens per round / (k c + 1), c = draft / target
-    forward cost. Below 1 means speculative decoding is slower than plain decoding."""
+def predicted_speedup(acceptance_rate: float, k: int, cost_ratio: float, verify_cost_ratio: float = 1.0) -> float:
+    """Leviathan et al.'s expected walltime improvement: tokens per round / (k c + 1), c = draft forward / one
+    plain target step. Below 1 means speculative decoding is slower than plain decoding. `verify_cost_ratio`
+    (v, default 1 as in the paper) prices the (k+1)-token verify forward in plain steps: / (k c + v)."""
     if not cost_ratio >= 0.0:
         raise ValueError(f"cost_ratio {cost_ratio!r} must be >= 0 (draft forward time / target forward time)")
-    return expected_tokens_per_round(acceptance_rate, k) / (k * cost_ratio + 1.0)
+    if not verify_cost_ratio > 0.0:
+        raise ValueError(f"verify_cost_ratio {verify_cost_ratio!r} must be > 0 (verify forward / plain step)")
+    return expected_tokens_per_round(acceptance_rate, k) / (k * cost_ratio + verify_cost_ratio)
 
 
 def acceptance_rate(drafted: Sequence[int], accepted: Sequence[int]) -> float:

@@ -35,5 +35,7 @@ def test_speculative_arm_runs_and_reports_k5(tmp_path):
     assert 1.0 <= row["measured_tokens_per_round"] <= k + 1
     assert row["predicted_tokens_per_round"] == pytest.approx(sum(row["acceptance_rate"] ** i for i in range(k + 1)))
     assert row["cost_ratio"] > 0 and math.isfinite(row["predicted_speedup"])
+    assert row["plain_step_ms"] > 0 and row["verify_cost_ratio"] > 0          # priced against the baseline's step
+    assert math.isfinite(row["predicted_speedup_with_verify_cost"])
     assert row["measured_speedup_lo"] <= row["measured_speedup"] <= row["measured_speedup_hi"]
     assert "baseline" not in set(result.speculative["arm"])      # plain arms get no speculative row

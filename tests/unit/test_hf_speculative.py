@@ -144,8 +144,8 @@ def test_vllm_spec_counters_flatten_and_summarize():
                         speculative_config={"method": "ngram", "num_speculative_tokens": 4})
     arm = SimpleNamespace(name="candidate", system=system)
     run = SimpleNamespace(tags=SimpleNamespace(arm="candidate"), failed=False, server_metrics=flat, records=[])
-    effects = pd.DataFrame([{"arm": "candidate", "metric": "tpot_ms_p50", "ratio": 0.5, "ratio_lo": 0.4,
-                             "ratio_hi": 0.8}])
+    effects = pd.DataFrame([{"arm": "candidate", "metric": "tpot_ms_p50", "baseline_value": 10.0, "ratio": 0.5,
+                             "ratio_lo": 0.4, "ratio_hi": 0.8}])
     row = speculative_table([arm], [run], effects).iloc[0]
     # 14 rounds not fully accepted at position 3, 20 unaccepted drafted tokens: at most 14 rejections
     assert row["acceptance_rate"] == pytest.approx(60 / 74)

@@ -30,6 +30,10 @@ def test_predicted_speedup_leviathan():
     assert predicted_speedup(a, k, 0.0) == pytest.approx(expected_tokens_per_round(a, k))   # a free draft
     assert predicted_speedup(0.0, 4, 0.5) < 1.0        # low acceptance: slower than plain decoding (K5)
     assert predicted_speedup(0.9, 4, 0.5) > predicted_speedup(0.5, 4, 0.5)
+    assert predicted_speedup(a, k, c, verify_cost_ratio=2.0) == pytest.approx(
+        expected_tokens_per_round(a, k) / (k * c + 2.0))        # a verify forward priced at two plain steps
+    with pytest.raises(ValueError, match="verify_cost_ratio"):
+        predicted_speedup(a, k, c, verify_cost_ratio=0.0)
     with pytest.raises(ValueError, match="cost_ratio"):
         predicted_speedup(0.5, 4, -1.0)
     with pytest.raises(ValueError, match="acceptance_rate"):
