@@ -145,6 +145,9 @@ class HFSystem(Frozen):
         if self.kv_cache != "dynamic":
             raise ValueError(f"speculative: needs kv_cache: dynamic (rejected draft tokens are cropped from the cache; "
                              f"{self.kv_cache!r} cannot be cropped); fix: kv_cache: dynamic")
+        if self.sliding_window is not None:
+            raise ValueError("speculative: our draft-verify loop does not roll back sliding-window caches (once full they "
+                             "need transformers' past recording to crop rejected tokens); fix: sliding_window: null")
         return self
 
 class FakeSystem(Frozen):

@@ -37,7 +37,9 @@ def test_config_refuses_what_cannot_work():
     with pytest.raises(ValueError, match="batching.max_batch_size: 1"):
         HFSystem(model=ModelSpec(path=TARGET), speculative={"draft_model": "layers:2"})
     with pytest.raises(ValueError, match="kv_cache: dynamic"):
-        _system(kv_cache="quantized-int4", speculative={"draft_model": "layers:2"})
+        _system(kv_cache="static", speculative={"draft_model": "layers:2"})
+    with pytest.raises(ValueError, match="fix: sliding_window: null"):
+        _system(sliding_window=64, speculative={"draft_model": "layers:2"})
     with pytest.raises(ValueError, match="draft_model 'nowhere'"):
         _system(speculative={"draft_model": "nowhere"})
     with pytest.raises(ValueError, match="unknown builtin"):
