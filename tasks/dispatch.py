@@ -49,6 +49,11 @@ def run_arms_on_workers(candidate: CandidateConfig, tracker: Tracker, poll_s: fl
     final: dict[str, str] = {}                   # arm -> final state type name
     messages: dict[str, str] = {}
     with get_client(sync_client=True) as client:
+        pool = client.read_deployment_by_name(settings.arm_deployment).work_pool_name
+        online = [w for w in client.read_workers_for_work_pool(pool) if str(w.status).upper().endswith("ONLINE")] if pool else []
+        if not online:  # the runs wait in the pool until a worker comes, or until dispatch_timeout_s
+            print(f"[ablate] WARNING: no worker online in work pool {pool!r}; start one per node: "
+                  f"prefect worker start --pool {pool} --limit 1", flush=True)
         while len(final) < len(submitted):
             for name, (fr_id, _) in submitted.items():
                 if name in final:

@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from local_prefect import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the server start and deploy count too
 
 FAKE = "configs/candidates/fake-batching.yaml"
 WATCH_S = "420"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the server start and deploy count too
 
 # one change and no A/A arm: exactly two arms (baseline, candidate). Trials of ~5 s (250 requests at 50/s)
 # so that each arm outlasts a worker's pick-up and start of its flow run (seconds here).
