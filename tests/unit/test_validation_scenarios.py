@@ -150,3 +150,28 @@ def test_node_failure_behind_nginx_loses_no_record_and_reports_recovery(tmp_path
     assert set(res.tables["segments"]["segment"]) == {"before", "during", "after"}
     assert res.passed, res.reasons
     assert any(r.startswith("time to recover") for r in res.reasons)
+
+
+def test_failover_arithmetic_on_a_planted_timeline() -> None:
+    from inferopt.validation.failover import failover_summary, segment_table
+
+    # one request every 0.1 s from t=0 to 2.9 s, each takes 0.25 s; kill at 1.0 s
+    sent = np.arange(30) * 0.1
+    outcome = ["ok"] * 30
+    for i in (8, 9):          # in flight at the kill, cut
+        outcome[i] = "error"
+    for i in (11, 13):        # sent after the kill, routed to the dead replica before nginx marked it down
+        outcome[i] = "error"
+    frame = pd.DataFrame({"request_id": [f"r{i}" for i in range(30)], "intended_s": sent, "client_done_s": sent + 0.25,
+                          "outcome": outcome, "ttft_ms": 20.0})
+    s = failover_summary(frame, kill_s=1.0)
+    assert s["failed_requests"] == 4 and s["failed_in_flight_at_kill"] == 2 and s["failed_sent_after_kill"] == 2
+    assert s["baseline_failure_rate"] == 0.0
+    assert s["recovery_s"] == pytest.approx(0.4)           # request 14 (sent at 1.4 s) is the first of an all-ok tail
+    assert s["first_ok_after_kill_s"] == pytest.approx(0.25)   # request 10: sent at the kill, done 0.25 s later
+    seg = segment_table(frame, 1.0, s["recovery_s"]).set_index("segment")
+    assert seg.loc["before", "failed"] == 0 and seg.loc["during", "failed"] == 4 and seg.loc["after", "failed"] == 0
+    assert seg["requests"].sum() == 30
+    # never back to baseline: the last request failed
+    frame.loc[29, "outcome"] = "error"
+    assert failover_summary(frame, kill_s=1.0)["recovery_s"] is None
