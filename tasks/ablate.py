@@ -78,6 +78,8 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
     if len(result.effects):
         tracker.table(result.effects, "effects.parquet", STEP)
         tracker.figure(plots.forest(result.effects), "effects_forest.png", STEP)
+        for metric, sub in result.effects.groupby("metric", sort=False):  # a forest per metric: every arm's ratio
+            tracker.figure(plots.forest(sub), f"forest_{metric}.png", STEP)
         for r in result.effects.itertuples():
             tracker.metrics({f"{r.arm}.{r.metric}.ratio": r.ratio, f"{r.arm}.{r.metric}.ratio_lo": r.ratio_lo,
                              f"{r.arm}.{r.metric}.ratio_hi": r.ratio_hi}, STEP)

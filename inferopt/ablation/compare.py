@@ -44,6 +44,7 @@ class MetricSpec:
     unit: str
     row_stat: RowStat | None = None      # the same statistic row-wise (vectorised bootstrap)
     trial_key: str | None = None         # a per-trial scalar (the trial's `resources[trial_key]`), not a request column
+    additive: bool = False               # a sum of parts (bytes): changes compose by adding differences (interaction)
 
 
 def _q(values: np.ndarray, q: float) -> float:
@@ -70,11 +71,11 @@ def _one(values: np.ndarray) -> float:
 # CPU time. Deterministic for a fixed workload at batch size 1 (same bytes every repeat), so their CI can be a
 # point: `paired_repeat_test` with zero spread. A metric no trial of either arm reports gets no row.
 RESOURCE_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("peak_memory_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="peak_memory_bytes"),
-    MetricSpec("weight_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="weight_bytes"),
-    MetricSpec("kv_peak_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="kv_peak_bytes"),
+    MetricSpec("peak_memory_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="peak_memory_bytes", additive=True),
+    MetricSpec("weight_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="weight_bytes", additive=True),
+    MetricSpec("kv_peak_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="kv_peak_bytes", additive=True),
     MetricSpec("kv_bytes_per_token", "", _one, True, "bytes/token", quantile_rows(0.5), trial_key="kv_bytes_per_token"),
-    MetricSpec("peak_rss_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="peak_rss_bytes"),
+    MetricSpec("peak_rss_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="peak_rss_bytes", additive=True),
     MetricSpec("cpu_time_s", "", _one, True, "s", quantile_rows(0.5), trial_key="cpu_time_s"),
 )
 RESOURCE_KEYS = tuple(m.trial_key for m in RESOURCE_METRICS)
@@ -231,16 +232,17 @@ def interaction_table(trials: pd.DataFrame, baseline: str, singles: list[str], c
         single = [arm_trial_values(trials, a, spec) for a in singles]
         comb = arm_trial_values(trials, combined, spec)
         if test == "repeat_t":
-            it = interaction_repeat_test(base, single, comb, spec.stat, alpha=alpha, metric=name)
+            it = interaction_repeat_test(base, single, comb, spec.stat, alpha=alpha, metric=name, additive=spec.additive)
         else:
             it = interaction_bootstrap(base, single, comb, spec.stat, n_boot=n_boot, alpha=alpha, seed=seed + 100 + i,
-                                       metric=name, row_stat=spec.row_stat)
+                                       metric=name, row_stat=spec.row_stat, additive=spec.additive)
         improving = [a for a in singles if eff is not None and (a, name) in eff.index
                      and eff.loc[(a, name), "direction"] == "better"]
         rows.append({
             "metric": name, "unit": spec.unit, "lower_is_better": spec.lower_is_better, "singles": ",".join(singles),
             "single_ratios": ",".join(f"{r:.4g}" for r in it.single_ratios), "predicted_ratio": it.predicted_ratio,
-            "observed_ratio": it.observed_ratio, "interaction": it.interaction, "interaction_lo": it.lo,
+            "observed_ratio": it.observed_ratio, "model": "additive" if spec.additive else "multiplicative",
+            "interaction": it.interaction, "interaction_lo": it.lo,
             "interaction_hi": it.hi, "p_value": it.p_value, "alpha": alpha, "improving_singles": ",".join(improving),
             "triggered": len(improving) >= 2,
         })
@@ -252,7 +254,8 @@ def interaction_table(trials: pd.DataFrame, baseline: str, singles: list[str], c
 
 
 def interaction_reason(row: pd.Series) -> str:
-    return (f"interaction on {row['metric']}: together x{row['observed_ratio']:.3f}, the product of the single "
-            f"changes predicts x{row['predicted_ratio']:.3f} (singles {row['single_ratios']}); observed/predicted "
+    model = "sum of the single changes' differences" if row.get("model") == "additive" else "product of the single changes"
+    return (f"interaction on {row['metric']}: together x{row['observed_ratio']:.3f}, the {model} "
+            f"predicts x{row['predicted_ratio']:.3f} (singles {row['single_ratios']}); observed/predicted "
             f"x{row['interaction']:.3f}, CI [{row['interaction_lo']:.3f}, {row['interaction_hi']:.3f}] excludes 1: "
             "the changes do not compose independently, so the single-change gains do not add up to the combined one")

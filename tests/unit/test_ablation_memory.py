@@ -198,3 +198,18 @@ def test_sliding_window_is_applied_at_load_and_the_cache_keeps_only_the_window(t
         sizes[window] = cache_bytes(batch.cache)
     assert sizes[None] == 2 * 2 * 2 * 16 * 4 * 31                     # every position kept
     assert sizes[8] < sizes[None] / 2                                 # only about the window
+
+
+def test_byte_metrics_compose_additively_in_the_interaction_test() -> None:
+    from inferopt.ablation.compare import interaction_table
+
+    # peak = weights + KV: weights 1000 -> 270, KV 100 -> 20; together 290 = the sum of both savings, no interaction
+    def res(w: float, kv: float, n: int = 3) -> list[dict]:
+        return [{"peak_memory_bytes": w + kv + 0.01 * i} for i in range(n)]
+
+    trials = _trials({"baseline": res(1000, 100), "w": res(270, 100), "kv": res(1000, 20), "both": res(270, 20)})
+    effects = pd.concat([compare_arms(trials, "baseline", a, alpha=0.05) for a in ("w", "kv", "both")])
+    table = interaction_table(trials, "baseline", ["w", "kv"], "both", effects, ("peak_memory_bytes",), alpha=0.05)
+    row = table.iloc[0]
+    assert row["model"] == "additive" and row["predicted_ratio"] == pytest.approx(290 / 1100, rel=1e-4)
+    assert row["interaction"] == pytest.approx(1.0, abs=1e-4) and not row["flagged"]
