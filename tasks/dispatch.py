@@ -3,8 +3,10 @@
 
 All arms are submitted at once (`run_deployment(..., timeout=0)`), so with one worker per node they run in
 parallel; then the runs are polled until each is final or `ablation.dispatch_timeout_s` passes (late ones are
-cancelled). An arm whose flow run did not complete has no trials: `PrecomputedTrials` turns each of its
-trials into a failed run that says which flow run ended how — the ablation marks the arm failed and goes on.
+cancelled). An engine that crashes inside an arm's flow run is a failed trial, reported like an inline crash
+(the flow run itself completes). A flow run that does not complete — no worker came, the timeout passed, the
+worker died, its files cannot be fetched — says nothing about the option: the step raises `ArmDispatchError`
+naming each such arm's flow run and state (the optimize flow run fails), rather than calling the option failed.
 
 Each arm's MLflow child run (`arm-<name>`) is created here, under the parent, before submission, so the
 worker logs into the same run the parent later finishes.
@@ -22,6 +24,10 @@ from inferopt.ablation.dispatch import TRIAL_SECTIONS, PrecomputedTrials
 from inferopt.ablation.plan import plan_arms
 from inferopt.config import CandidateConfig
 from tasks.tracking import Tracker
+
+
+class ArmDispatchError(RuntimeError):
+    """An arm's flow run did not complete on a worker (no worker, timeout, worker died, files unreachable)."""
 
 
 def run_arms_on_workers(candidate: CandidateConfig, tracker: Tracker, poll_s: float = 2.0) -> PrecomputedTrials:
@@ -83,6 +89,13 @@ def run_arms_on_workers(candidate: CandidateConfig, tracker: Tracker, poll_s: fl
             continue
         try:
             arm_dirs[name] = Path(tracker.client.download_artifacts(arm_run, "trials", str(fetched / name)))
-        except Exception as exc:  # noqa: BLE001 - an arm whose files cannot be fetched is a failed arm
+        except Exception as exc:  # noqa: BLE001 - reported with the others below
             missing[name] = f"{why}, but its trial files could not be fetched: {type(exc).__name__}: {exc}"
-    return PrecomputedTrials(arm_dirs, missing)
+    if missing:
+        for name, why in missing.items():
+            tracker.tags({"inferopt.dispatch_error": why}, f"arm-{name}")
+            tracker.finish(f"arm-{name}", status="FAILED")
+        raise ArmDispatchError("arms that did not come back from the workers (infrastructure, not evidence about "
+                               "the option; the finished arms' trials are in their MLflow runs):\n  "
+                               + "\n  ".join(f"{n}: {w}" for n, w in missing.items()))
+    return PrecomputedTrials(arm_dirs)
