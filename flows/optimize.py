@@ -32,6 +32,7 @@ from tasks.ablate import ablate_task  # noqa: E402
 from tasks.gate import gate_task  # noqa: E402
 from tasks.locate import choose_task, locate_task  # noqa: E402
 from tasks.measure import measure_task  # noqa: E402
+from tasks.report import Progress, report_after_failure, report_task  # noqa: E402
 from tasks.tracking import Tracker  # noqa: E402
 from tasks.validate import validate_task  # noqa: E402
 from tasks.verdict import verdict_task  # noqa: E402
@@ -55,6 +56,8 @@ def optimize(candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | Non
     tracker = Tracker.start(run_name=cfg.name, experiment=experiment,
                             tags={"inferopt.candidate": cfg.name, "inferopt.config_path": str(candidate)})
     print(f"[optimize] MLflow run {tracker.parent_run_id}; results in {tracker.results_dir}")
+    progress = Progress(total=6)  # one line per step with the elapsed time
+    report = None
     try:
         tracker.params({"candidate": cfg.name, "changes": cfg.changes, "workload": cfg.workload.model_dump(mode="json"),
                         "slo": cfg.slo.model_dump(mode="json"), "hardware": cfg.hardware.name,
@@ -63,20 +66,31 @@ def optimize(candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | Non
         if cfg.lint.allow:  # the documented override of the cheat lint: on the run from the start
             tracker.tags({"inferopt.lint.allow": ",".join(cfg.lint.allow), "inferopt.lint.allow_reason": cfg.lint.reason})
         tracker.file(candidate)
+        progress.step("measure")
         measured = measure_task(cfg, tracker)
+        progress.step("locate")
         located = locate_task(cfg, measured, tracker)
+        progress.step("choose")
         choice = choose_task(cfg, located, tracker)
+        progress.step("ablate")
         ablation = ablate_task(cfg, tracker)
+        progress.step("validate")
         scenarios = validate_task(cfg, tracker, arm="candidate")
+        progress.step("gate")
         gate = gate_task(cfg, ablation, located, choice, tracker)
+        progress.step("verdict")
         verdict = verdict_task(cfg, measured, located, choice, ablation, scenarios, gate, tracker)
+        progress.step("report")
+        report = report_task(tracker)
+        progress.done()
     except BaseException:
+        report_after_failure(tracker)  # the steps that did run, in report.html (not on Ctrl-C)
         tracker.tags({"inferopt.verdict": "error"})
         tracker.finish(status="FAILED")
         raise
     tracker.finish()
     return {"run_id": tracker.parent_run_id, "decision": verdict.decision, "reasons": verdict.reasons,
-            "warnings": verdict.warnings, "results_dir": str(tracker.results_dir)}
+            "warnings": verdict.warnings, "results_dir": str(tracker.results_dir), "report": str(report)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  WARNING: {w}")
     uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
     print(f"\nReview: .venv/bin/mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000")
+    print(f"Report: {result['report']}")
     return 0
 
 

@@ -17,6 +17,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 bash scripts/setup_vllm.sh  # the vllm engine's own venv (.venv-vllm); INFEROPT_SKIP_VLLM=1 skips it
+bash scripts/setup_chromium.sh  # headless Chromium for the report screenshots (~30 s once); INFEROPT_SKIP_CHROMIUM=1 skips it
 # nginx (the node-failure scenario's load balancer), only when missing and apt-get exists; INFEROPT_SKIP_NGINX=1 skips it
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] && command -v apt-get >/dev/null 2>&1; then
   bash scripts/setup_nginx.sh

@@ -1,0 +1,91 @@
+"""Prefect task for the run report: build `results/<run_id>/report.html` from the run's results directory
+(`inferopt.report`) and log it to the MLflow parent run. Also the flow's one-line step progress.
+
+Deliberately not here: the report's content (inferopt/report/html.py) and the steps themselves.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from prefect import task
+
+from inferopt.report.html import build_report
+from inferopt.report.rundir import load_run_dir
+from tasks.tracking import Tracker
+
+REPORT = "report.html"
+
+
+def write_report(tracker: Tracker) -> Path:
+    """Build the report from what the run wrote so far, write it into the results mirror, log it."""
+    html = build_report(load_run_dir(tracker.results_dir))
+    path = tracker.results_dir / REPORT
+    path.write_text(html, encoding="utf-8")
+    tracker.file(path, copy=False)
+    tracker.tags({"inferopt.report": REPORT})
+    return path
+
+
+@task(name="report", task_run_name="html report")
+def report_task(tracker: Tracker) -> Path | None:
+    """The report, or None when building it failed: said loudly and tagged, but the verdict stands."""
+    t0 = time.monotonic()
+    try:
+        path = write_report(tracker)
+    except Exception as err:  # noqa: BLE001 - a broken report must not turn a decided run into an error
+        print(f"[report] FAILED to build the report: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        tracker.tags({"inferopt.report": f"failed: {type(err).__name__}: {err}"})
+        return None
+    print(f"[report] {path} ({path.stat().st_size / 1e6:.1f} MB, {time.monotonic() - t0:.1f} s)", flush=True)
+    return path
+
+
+def report_after_failure(tracker: Tracker) -> Path | None:
+    """In a failing flow: a report of the steps that did run (no verdict). Never raises; skipped on
+    KeyboardInterrupt/SystemExit so a killed run stops at once."""
+    exc = sys.exc_info()[1]
+    if exc is not None and not isinstance(exc, Exception):
+        return None
+    try:
+        path = write_report(tracker)
+        print(f"[report] partial report of the failed run: {path}", flush=True)
+        return path
+    except Exception as err:  # noqa: BLE001 - the original error is what matters
+        print(f"[report] no report for the failed run: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return None
+
+
+class Progress:
+    """One line per step on stdout: which step starts, how long the previous one took, time since the start.
+
+        progress = Progress(total=6)
+        progress.step("measure")   # [optimize +0.0 s] step 1/6 measure
+        ...
+        progress.step("locate")    # [optimize +12.3 s] step 2/6 locate (measure took 12.3 s)
+        progress.done()            # [optimize +95.0 s] done (gate took 20.1 s)
+    """
+
+    def __init__(self, total: int = 6, prefix: str = "optimize") -> None:
+        self.total, self.prefix = total, prefix
+        self.t0 = self.t_step = time.monotonic()
+        self.n = 0
+        self.current: str | None = None
+
+    def _line(self, text: str) -> None:
+        now = time.monotonic()
+        took = f" ({self.current} took {now - self.t_step:.1f} s)" if self.current else ""
+        print(f"[{self.prefix} +{now - self.t0:.1f} s] {text}{took}", flush=True)
+        self.t_step = now
+
+    def step(self, name: str) -> None:
+        self.n += 1
+        label = f"step {self.n}/{self.total} {name}" if self.n <= self.total else name
+        self._line(label)
+        self.current = name
+
+    def done(self, text: str = "done") -> None:
+        self._line(text)
+        self.current = None
