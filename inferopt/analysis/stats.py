@@ -246,6 +246,9 @@ def paired_repeat_test(
                   ratio, r_lo, r_hi, p, n_a, n_b, alpha, 0)
 
 
+_EXACT_LOG = 1e-12  # log ratios this small are float round-off, not a change (1e-12 relative: 1 byte per TB)
+
+
 def _t_interval(d: np.ndarray, alpha: float) -> tuple[float, float, float, float]:
     """(lo, mean, hi, two-sided p) of a one-sample t-test of mean(d) = 0."""
     from scipy import stats as sps
@@ -253,8 +256,10 @@ def _t_interval(d: np.ndarray, alpha: float) -> tuple[float, float, float, float
     n = d.size
     mean = float(d.mean())
     se = float(d.std(ddof=1)) / math.sqrt(n)
-    if se == 0.0:  # every repeat moved by exactly the same amount: no spread to doubt it
-        return mean, mean, mean, (0.0 if mean != 0.0 else 1.0)
+    if se < _EXACT_LOG:  # every repeat moved by exactly the same amount (byte counts): no spread to doubt it
+        if abs(mean) < _EXACT_LOG:  # no change, up to float round-off (exp/log of equal byte counts)
+            return 0.0, 0.0, 0.0, 1.0
+        return mean, mean, mean, 0.0
     t_crit = float(sps.t.ppf(1.0 - alpha / 2.0, n - 1))
     p = float(2.0 * sps.t.sf(abs(mean / se), n - 1))
     return mean - t_crit * se, mean, mean + t_crit * se, p

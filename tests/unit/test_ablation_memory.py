@@ -213,3 +213,15 @@ def test_byte_metrics_compose_additively_in_the_interaction_test() -> None:
     row = table.iloc[0]
     assert row["model"] == "additive" and row["predicted_ratio"] == pytest.approx(290 / 1100, rel=1e-4)
     assert row["interaction"] == pytest.approx(1.0, abs=1e-4) and not row["flagged"]
+
+
+def test_exactly_additive_bytes_with_float_round_off_are_no_interaction() -> None:
+    from inferopt.ablation.compare import interaction_table
+
+    # the cpu-ablation run's per-trial peaks: torchao int8 weights, 4-bit KV, both (bytes add up exactly)
+    b, w, kv, both = 41129472.0, 12921600.0, 39168576.0, 10960704.0
+    trials = _trials({"baseline": [{"peak_memory_bytes": b}] * 3, "w": [{"peak_memory_bytes": w}] * 3,
+                      "kv": [{"peak_memory_bytes": kv}] * 3, "both": [{"peak_memory_bytes": both}] * 3})
+    effects = pd.concat([compare_arms(trials, "baseline", a, alpha=0.05) for a in ("w", "kv", "both")])
+    row = interaction_table(trials, "baseline", ["w", "kv"], "both", effects, ("peak_memory_bytes",), alpha=0.05).iloc[0]
+    assert row["p_value"] == 1.0 and not row["significant"] and not row["flagged"]
