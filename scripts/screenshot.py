@@ -40,7 +40,7 @@ def chromium_binary() -> str | None:
 
 
 def screenshot(url: str, out: Path, width: int = 1400, height: int = 3000, budget_ms: int = 0,
-               timeout_s: float = 120.0) -> Path:
+               timeout_s: float = 120.0, stop_ms: int = 0) -> Path:
     """One headless Chromium screenshot of `url` into `out` (PNG)."""
     binary = chromium_binary()
     if binary is None:
@@ -52,6 +52,8 @@ def screenshot(url: str, out: Path, width: int = 1400, height: int = 3000, budge
            f"--window-size={width},{height}", f"--screenshot={out}"]
     if budget_ms:  # a JS app: let it run; --timeout stops a page whose requests never settle (MLflow polls)
         cmd += [f"--virtual-time-budget={budget_ms}", f"--timeout={budget_ms + 15000}"]
+    elif stop_ms:
+        cmd.append(f"--timeout={stop_ms}")
     cmd.append(url)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -178,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         report.write_text(build_report(load_run_dir(run_dir)), encoding="utf-8")
     out = Path(args.out) if args.out else run_dir / "screenshots"
     shots: dict[str, Path] = {}
+    seconds: dict[str, float] = {}
     errors: list[str] = []
     t0 = time.monotonic()
     shots["report"] = screenshot(report.as_uri(), out / "report.png")
@@ -189,21 +192,25 @@ def main(argv: list[str] | None = None) -> int:
 
         uri = tracking_uri()
         exp_id = MlflowClient(tracking_uri=uri).get_run(run_dir.name).info.experiment_id
+        t_server = time.monotonic()
         with MlflowServer(uri) as server:
+            seconds["mlflow_server_start"] = round(time.monotonic() - t_server, 1)
             page = f"{server.url}/#/experiments/{exp_id}/runs/{run_dir.name}"
             mlflow_info = {"url": page, "tracking_uri": uri}
             # the first page load after the server starts can hang under virtual time (seen on every fresh
             # server here): one throwaway load, and one retry per page
             try:
-                screenshot(server.url, out / "warmup.png", height=600, timeout_s=60)
+                screenshot(server.url, out / "warmup.png", height=600, timeout_s=60, stop_ms=20000)
             except Exception:  # noqa: BLE001 - only a warm-up
                 pass
             (out / "warmup.png").unlink(missing_ok=True)
             for name, url in (("mlflow_run", page), ("mlflow_artifacts", f"{page}/artifacts/report.html")):
+                t_shot = time.monotonic()
                 for attempt in (1, 2):
                     try:
                         shots[name] = screenshot(url, out / f"{name}.png", height=1600, budget_ms=args.budget_ms,
                                                  timeout_s=90)
+                        seconds[name] = round(time.monotonic() - t_shot, 1)
                         break
                     except Exception as exc:  # noqa: BLE001 - reported in the JSON line, exit status 1
                         if attempt == 2:
@@ -217,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     for e in errors:
         print(f"ERROR {e}", file=sys.stderr)
     print(json.dumps({"ok": ok, "run_id": run_dir.name, "screenshots": {k: str(v) for k, v in shots.items()},
-                      "stats": stats, "blank": blank, "errors": errors, "mlflow": mlflow_info,
+                      "stats": stats, "blank": blank, "errors": errors, "mlflow": mlflow_info, "seconds": seconds,
                       "wall_s": round(time.monotonic() - t0, 1)}))
     return 0 if ok else 1
 

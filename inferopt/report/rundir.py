@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 BULK = ("requests", "tokens", "phases", "workload", "quality_samples_")
+SKIP_DIRS = {"screenshots"}  # scripts/screenshot.py's output: pictures of the report, not part of it
 MAX_LOADED_ROWS = 5000  # a non-bulk table longer than this is counted, not loaded
 
 
@@ -115,6 +116,8 @@ def load_run_dir(path: str | Path) -> RunData:
     run = RunData(run_id=root.name)
     for p in sorted(root.iterdir()):
         if p.is_dir():
+            if p.name in SKIP_DIRS:
+                continue
             if p.name.startswith(("arm-", "arm:")):
                 run.arms.append(p.name.split("-", 1)[-1].split(":", 1)[-1])
                 continue

@@ -164,7 +164,8 @@ def ablate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
                              "ratio_hi", "p_value", "tested", "significant", "direction"], max_rows=80)
     if "effects" in step.tables:
         parts.append(Part.text(details("effects: every column", table_html(step.tables["effects"], max_rows=200))))
-    parts += _figs(step, ["effects_forest.png", "ttft_cdf_by_arm.png", "tpot_cdf_by_arm.png"], used)
+    per_metric = sorted(n for n in step.figures if n.startswith("forest_"))  # one forest per metric, if logged
+    parts += _figs(step, per_metric + ["effects_forest.png", "ttft_cdf_by_arm.png", "tpot_cdf_by_arm.png"], used)
     parts += _table(step, "interactions", used, caption="interaction of the single changes")
     stop = step.docs.get("stopping")
     if isinstance(stop, dict):
