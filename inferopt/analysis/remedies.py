@@ -8,9 +8,10 @@ A candidate's remedies are found from its changed dotted config fields: a catalo
 change when it is the same path or a parent of it (`kv_cache` matches `kv_cache.dtype`). Fields the
 catalogue does not know are reported as unmatched and, to be safe, require the quality gate.
 
-Some fields named here are not yet in `inferopt.config` (quantization, kv_cache, kv_cache_dtype,
-speculative, chunked prefill, pools): they name the knob the remedy corresponds to, so a candidate
-that adds them is recognised.
+Fields are the hf engine's (`weight_quantization`, `kv_cache`, `speculative`, ...) and vLLM's flags
+(`quantization`, `kv_cache_dtype`, `speculative_config`, ...); a few name knobs no engine has yet
+(`kv_cache.paged`, pools), so a candidate that adds them is recognised. `kv_cache` (the hf cache kind:
+quantized, static) counts as the KV-quantization lever whatever its value.
 
 What this module deliberately does not do: judge the size of an effect (ablation does), look at
 values (a dtype change toward *higher* precision still counts as the precision remedy), or decide
@@ -56,7 +57,7 @@ CATALOGUE: tuple[Remedy, ...] = (
     Remedy(
         name="low_precision_weights",
         targets=("bandwidth", "compute"),
-        config_fields=("dtype", "quantization"),
+        config_fields=("dtype", "quantization", "weight_quantization", "bnb_double_quant"),
         changes_outputs=True, spec="C1, C2, K4",
         risk="outlier channels, dequantization overhead, calibration; 'faster' only with good kernels "
              "and a bandwidth-bound phase (not at small batch on slow kernels)",
@@ -121,7 +122,7 @@ CATALOGUE: tuple[Remedy, ...] = (
     Remedy(
         name="kv_quantization",
         targets=("kv_capacity", "bandwidth"),
-        config_fields=("kv_cache_dtype", "kv_cache.dtype", "kv_cache.nbits", "kv_cache.quantization"),
+        config_fields=("kv_cache_dtype", "kv_cache", "kv_residual_length"),  # hf: kv_cache names the cache kind
         changes_outputs=True, spec="K2, K4",
         risk="far-token retrieval precision, error accumulation over long outputs: an algorithm change",
         effect="fewer KV bytes per token: more concurrent requests fit, less KV read per decode step at long context",

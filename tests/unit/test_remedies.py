@@ -44,3 +44,12 @@ def test_catalogue_is_consistent():
         assert set(remedy.targets) <= set(CAUSES) and remedy.config_fields and remedy.risk and remedy.effect
     found, unmatched = remedies_for_changes({"batching.batch_wait_ms": 1.0, "batching.max_batch_size": 8})
     assert {r.name for r in found} == {"batch_wait_window", "batch_size"} and not unmatched
+
+
+def test_the_hf_quantization_knobs_are_catalogued_and_need_the_gate():
+    found, unmatched = remedies_for_changes({"weight_quantization": "torchao-int8", "kv_cache": "quanto-int4",
+                                             "kv_residual_length": 64, "bnb_double_quant": True})
+    assert {r.name for r in found} == {"low_precision_weights", "kv_quantization"} and not unmatched
+    assert choose("bandwidth", {"weight_quantization": "nf4"}).matches
+    assert choose("kv_capacity", {"kv_cache": "quanto-int2"}).matches
+    assert choose("bandwidth", {"weight_quantization": "nf4"}).quality_gate_required
