@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     t0 = time.monotonic()
     shots["report"] = screenshot(report.as_uri(), out / "report.png")
-    shots["report_full"] = screenshot(report.as_uri(), out / "report_full.png", height=16000)
+    shots["report_full"] = screenshot(report.as_uri(), out / "report_full.png", height=20000)
     crop_to_content(shots["report_full"])
     mlflow_info: dict[str, str] = {}
     if not args.no_mlflow:
