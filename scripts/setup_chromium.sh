@@ -27,5 +27,9 @@ if [ "$(id -u)" != "0" ]; then
 fi
 echo "[setup] installing chromium (Debian package, ~30 s)" >&2
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
-$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium >/dev/null
+# a failed install (no network, no package) must not fail the project's set-up: the chromium test then skips
+if ! { $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+       $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium >/dev/null; }; then
+  echo "[setup] chromium install failed: the report screenshots and their test are skipped" >&2
+fi
+exit 0
