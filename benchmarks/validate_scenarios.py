@@ -27,7 +27,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 SCENARIOS = [
     {"name": "steady", "kind": "steady"},
     {"name": "burst", "kind": "burst", "burstiness": 8.0},
-    {"name": "overload", "kind": "overload", "rate_scale": 5.0, "admission_limit": 24,
+    {"name": "overload", "kind": "overload", "rate_scale": 8.0, "admission_limit": 18,
      "retry": {"max_attempts": 3, "base_backoff_s": 0.25, "max_backoff_s": 2.0}},
     {"name": "node-failure", "kind": "node_failure", "kill_at_s": 5.0, "max_recovery_s": 10.0},
 ]

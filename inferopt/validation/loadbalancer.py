@@ -124,7 +124,7 @@ class NginxBalancer:
         self.upstreams = list(upstreams)
         self.fail_timeout_s = fail_timeout_s
         self.start_timeout_s = start_timeout_s
-        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="inferopt-nginx-"))
+        self.workdir = (Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="inferopt-nginx-"))).resolve()  # nginx resolves relative paths against -p
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -199,7 +199,7 @@ def run_node_failure(system: AnySystem, workload: WorkloadConfig, table: pd.Data
             plan = vllm_plan(system)
         except (FileNotFoundError, OSError, ValueError) as exc:
             return _failed(sc, str(exc))
-    out = Path(out_dir)
+    out = Path(out_dir).resolve()
     records_path = out / "requests.jsonl"
     replicas = [plan.make(i, out / "replica-logs") for i in range(sc.replicas)]
     victim = replicas[sc.kill_replica]

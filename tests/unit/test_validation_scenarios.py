@@ -175,3 +175,14 @@ def test_failover_arithmetic_on_a_planted_timeline() -> None:
     # never back to baseline: the last request failed
     frame.loc[29, "outcome"] = "error"
     assert failover_summary(frame, kill_s=1.0)["recovery_s"] is None
+
+
+@pytest.mark.skipif(nginx_binary() is None, reason="no nginx; fix: bash scripts/setup_nginx.sh")
+def test_nginx_runs_from_a_relative_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """results/<run>/... is relative: nginx would resolve it against its own -p prefix a second time."""
+    from inferopt.validation.loadbalancer import NginxBalancer
+
+    monkeypatch.chdir(tmp_path)
+    with NginxBalancer([1], workdir="rel/nginx") as lb:     # the upstream need not answer for nginx to start
+        assert lb.workdir == (tmp_path / "rel/nginx").resolve() and lb.port > 0
+    assert (tmp_path / "rel/nginx/nginx.conf").is_file()
