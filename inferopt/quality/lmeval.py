@@ -146,9 +146,11 @@ def run_served(base_url: str, served_model: str, tokenizer_dir: str | None, *, t
     """Evaluate an OpenAI-compatible server (e.g. a vLLM arm) with lm-eval's `local-completions`, task by task.
 
     `tokenizer_dir`: the served model's tokenizer (prompts go as token ids, scored exactly like the
-    in-memory path); None = the server's own `/tokenize` if it has one (lm-eval asks it without special
-    tokens, so no BOS: comparable between two such arms, not with the in-memory path), else text prompts and
-    no log-likelihood tasks. Tasks that cannot run are in `skipped` with the reason."""
+    in-memory path); None = the server's own tokenizer if it offers one (`/tokenizer_info` + `/tokenize`;
+    lm-eval asks it without special tokens, so no BOS: comparable between two such arms, not with the
+    in-memory path), else text prompts (the server adds its BOS) and no log-likelihood tasks — vLLM 0.32
+    offers no `/tokenizer_info` unless started with `--enable-tokenizer-info-endpoint`. Tasks that cannot
+    run are in `skipped` with the reason."""
     _offline_env()
     from lm_eval.models.openai_completions import LocalCompletionsAPI
     from lm_eval.utils import check_remote_tokenizer_support
@@ -165,7 +167,8 @@ def run_served(base_url: str, served_model: str, tokenizer_dir: str | None, *, t
     want_ll = [t for t in tasks if t in LOGLIKELIHOOD_TASKS]
     if want_ll:
         if backend == "none":
-            why = "no tokenizer (none configured and the endpoint has no /tokenize): choices cannot be scored token by token"
+            why = ("no tokenizer (none configured, and the endpoint offers no remote tokenizer: /tokenizer_info + "
+                   "/tokenize; vLLM needs --enable-tokenizer-info-endpoint): choices cannot be scored token by token")
         else:
             why = prompt_logprobs_check(base_url, served_model, list(lm.tok_encode("larger: 1 2 -> 2")))
         if why:
