@@ -9,8 +9,8 @@ strategies measured on it, then one chosen.
   (pool name -> tenants + `baseline` + `changes`): a pooled deployment routed by tenant
   (`inferopt.config.pooled.PooledSystem`).
 
-`load_case(path)` reads the YAML with the same file references (`workload:`, `slo:`, `baseline:` may be a
-relative `.yaml` path) and the same errors (file, field, fix) as `load_config`.
+`load_case(path)` is `load_config(path, kind="case")` (a file with `strategies` is detected as a case): the
+same file references (`workload:`, `slo:`, `baseline:` may be a relative `.yaml` path) and the same errors.
 
 Deliberately not here: building the request table, running or deciding (`inferopt.validation.case_study`).
 """
@@ -20,12 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, NonNegativeInt, ValidationError, model_validator
+from pydantic import Field, NonNegativeInt, model_validator
 
-from inferopt.config.loader import _read_yaml, _resolve_refs, format_validation_error
 from inferopt.config.models import (
     AnySystem,
-    ConfigError,
     Frozen,
     SLOConfig,
     SystemConfig,
@@ -117,14 +115,9 @@ class CaseConfig(Frozen):
         return tuple(n for n, t in self.tenants.items() if t.interactive)
 
 
-def load_case(path: str | Path) -> CaseConfig:
-    """Read and validate a case YAML; raises `ConfigError` naming the file, the field and the fix."""
-    path = Path(path)
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
-    data = _resolve_refs(raw, path.resolve().parent, (path.resolve(),))
-    try:
-        return CaseConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, path, CaseConfig)) from None
+def load_case(path: str | Path, **overrides: Any) -> CaseConfig:
+    """Read and validate a case YAML (`load_config(path, kind="case")`); raises `ConfigError` naming the
+    file, the field and the fix."""
+    from inferopt.config.loader import load_config
+
+    return load_config(path, kind="case", **overrides)

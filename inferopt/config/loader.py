@@ -158,7 +158,9 @@ def detect_kind(data: dict[str, Any]) -> str:
         return "hardware"
     if "engine" in data:
         return "system"
-    raise ConfigError("cannot tell what kind of config this is; fix: pass kind= (candidate, workload, slo, hardware, system)")
+    if "strategies" in data:
+        return "case"
+    raise ConfigError("cannot tell what kind of config this is; fix: pass kind= (candidate, workload, slo, hardware, system, case)")
 
 
 def load_config(path: str | Path, kind: str | None = None, **overrides: Any) -> Any:
@@ -186,8 +188,15 @@ def load_config(path: str | Path, kind: str | None = None, **overrides: Any) -> 
         except ValidationError as exc:
             member = HFSystem if data.get("engine") == "hf" else FakeSystem
             raise ConfigError(format_validation_error(exc, path, member)) from None
+    if kind == "case":   # the seed's case study (inferopt.config.case), imported only when asked for
+        from inferopt.config.case import CaseConfig
+
+        try:
+            return CaseConfig.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, path, CaseConfig)) from None
     if kind not in _KINDS:
-        raise ConfigError(f"{path}: unknown kind {kind!r}; fix: one of {', '.join([*_KINDS, 'system'])}")
+        raise ConfigError(f"{path}: unknown kind {kind!r}; fix: one of {', '.join([*_KINDS, 'system', 'case'])}")
     model = _KINDS[kind]
     try:
         return model.model_validate(data)
