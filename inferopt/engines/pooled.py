@@ -4,8 +4,8 @@ arrival timeline of the workload, and the records of all pools come back as one 
 
 - `start()`: starts every pool concurrently; if one fails, the others are stopped and the error is raised.
 - `stream()`: the pool's own stream; a tenant no pool serves is an error naming the tenants that are routed.
-- `server_metrics()`: the pools' flat metrics summed key by key (counters, histogram sums and counts, and
-  gauges of the pooled deployment as a whole); per pool in `info()["pools"]`.
+- `server_metrics()`: the pools' flat metrics summed key by key (counters, histogram sums and counts, running
+  and waiting gauges of the deployment as a whole); usage fractions (`*_perc`) are the fullest pool's.
 - `server_timings(ids)`: each pool is asked for the ids it served (engines without server timings give none).
 - `stop()`: stops every pool, even if one stop fails.
 
@@ -81,7 +81,10 @@ class PooledEngine:
         total: dict[str, float] = {}
         for metrics in per_pool:
             for key, value in metrics.items():
-                total[key] = total.get(key, 0.0) + float(value)
+                if key.endswith("_perc"):   # a usage fraction: the fullest pool's, not a sum
+                    total[key] = max(total.get(key, 0.0), float(value))
+                else:
+                    total[key] = total.get(key, 0.0) + float(value)
         return total
 
     async def server_timings(self, request_ids: list[str]) -> dict[str, ServerTimings]:

@@ -192,3 +192,22 @@ def test_workload_of_fake_case_is_merged_on_one_timeline() -> None:
     table = case_requests(fake_case())
     assert table["tenant"].value_counts().to_dict() == {"chat": 12, "jobs": 4}
     assert table["arrival_offset_s"].is_monotonic_increasing
+
+
+def test_pooled_metrics_sum_counts_and_keep_the_fullest_pool_usage() -> None:
+    import asyncio
+
+    from inferopt.engines.pooled import PooledEngine
+
+    class _Pool:
+        def __init__(self, m: dict[str, float]) -> None:
+            self.m = m
+
+        async def server_metrics(self) -> dict[str, float]:
+            return self.m
+
+    eng = PooledEngine(PooledSystem(pools=(Pool(name="a", tenants=("x",), system=FakeSystem()),
+                                           Pool(name="b", tenants=("y",), system=FakeSystem()))))
+    eng.engines = {"a": _Pool({"num_preemptions_total": 2.0, "kv_cache_usage_perc": 0.5}),
+                   "b": _Pool({"num_preemptions_total": 3.0, "kv_cache_usage_perc": 0.25})}
+    assert asyncio.run(eng.server_metrics()) == {"num_preemptions_total": 5.0, "kv_cache_usage_perc": 0.5}
