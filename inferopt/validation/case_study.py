@@ -126,7 +126,8 @@ def slo_checks(row: CaseRow, slo: SLOConfig) -> list[tuple[str, bool]]:
         if bound is None:
             continue
         ok = held(value, bound)
-        out.append((f"{label} {value:.0f} ms {'<=' if ok else '>'} {bound:g} ms", ok))
+        shown = f"{value:.1f}" if not math.isnan(value) and round(value) == bound else f"{value:.0f}"   # no "300 ms > 300 ms"
+        out.append((f"{label} {shown} ms {'<=' if ok else '>'} {bound:g} ms", ok))
     for label, value, bound in (("timeout rate", row.timeout_rate, slo.max_timeout_rate),
                                 ("error+rejected rate", row.failure_rate, slo.max_error_rate)):
         ok = held(value, bound)

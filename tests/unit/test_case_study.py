@@ -69,6 +69,11 @@ def test_p50_is_checked_before_p99() -> None:
     assert d.verdicts["x"].startswith("TTFT p50 900 ms > 500 ms") and d.chosen == "y"
 
 
+def test_a_value_just_over_its_bound_is_shown_with_a_decimal() -> None:
+    checks = dict(slo_checks(CaseRow("x", 10.0, 300.4, 1000.0, 10.0), SLO.model_copy(update={"ttft_p50_ms": 300})))
+    assert checks["TTFT p50 300.4 ms > 300 ms"] is False
+
+
 def test_no_strategy_meets_the_slo_chooses_nothing() -> None:
     rows = [CaseRow("a", 50.0, 600.0, 2500.0, 10.0), CaseRow("b", 60.0, 100.0, 100.0, 150.0)]
     d = decide(rows, SLO)
