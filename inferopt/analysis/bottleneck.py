@@ -67,6 +67,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from inferopt.analysis.evidence import confidence as _conf
+from inferopt.analysis.evidence import evidence_row as _row
 from inferopt.analysis.kv_rules import kv_check
 
 Cause = Literal["queueing", "compute", "bandwidth", "kv_capacity", "host_overhead", "none"]
@@ -353,17 +355,6 @@ def _median(values: pd.Series | None, default: float = math.nan) -> float:
     arr = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
     arr = arr[np.isfinite(arr)]
     return float(np.median(arr)) if arr.size else default
-
-
-def _conf(margin: float) -> float:
-    """0.5 at the threshold, rising linearly to 1.0 at a full margin."""
-    if not math.isfinite(margin):
-        return 1.0
-    return round(0.5 + 0.5 * min(1.0, max(0.0, margin)), 3)
-
-
-def _row(check: str, value: float | None, threshold: float | None, unit: str, fired: bool, detail: str) -> dict[str, Any]:
-    return {"check": check, "value": value, "threshold": threshold, "unit": unit, "fired": bool(fired), "detail": detail}
 
 
 def _empty_slices() -> pd.DataFrame:

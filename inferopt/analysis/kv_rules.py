@@ -41,6 +41,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from inferopt.analysis.evidence import confidence as _conf
+from inferopt.analysis.evidence import evidence_row as _row
+
 KV_CONTEXT_QUANTILE = 0.95      # per-request context (input + output tokens) used for the KV need
 KV_USAGE_FULL = 0.95            # server-reported KV usage at which the cache counts as full
 
@@ -124,14 +127,3 @@ def _max(values: pd.Series | None) -> float:
     arr = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
     arr = arr[np.isfinite(arr)]
     return float(arr.max()) if arr.size else 0.0
-
-
-def _conf(margin: float) -> float:
-    """0.5 at the threshold, rising linearly to 1.0 at a full margin (as bottleneck._conf)."""
-    if not math.isfinite(margin):
-        return 1.0
-    return round(0.5 + 0.5 * min(1.0, max(0.0, margin)), 3)
-
-
-def _row(check: str, value: float | None, threshold: float | None, unit: str, fired: bool, detail: str) -> dict[str, Any]:
-    return {"check": check, "value": value, "threshold": threshold, "unit": unit, "fired": bool(fired), "detail": detail}
