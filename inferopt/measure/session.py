@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.config import AnySystem, FakeSystem, OpenAISystem
+from inferopt.config import AnySystem, FakeSystem, HFSystem, OpenAISystem
 from inferopt.engines import make_engine
 from inferopt.measure.join import (
     aggregate_join,
@@ -137,7 +137,8 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
     from inferopt.measure.resources import ResourceSampler, load_window
 
     sink = RecordSink(records_path) if records_path else None
-    sampler = ResourceSampler()
+    # only an engine that launches processes (vLLM, pools of them) needs its process tree scanned
+    sampler = ResourceSampler(children=not isinstance(system, (FakeSystem, HFSystem, OpenAISystem)))
     try:
         with sampler:
             result, join = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed,

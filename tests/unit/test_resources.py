@@ -79,3 +79,16 @@ def test_sampler_counts_a_child_born_during_the_trial_not_one_from_before():
     assert s["cpu_time_s"] >= 0.3, s
     assert s["processes"] >= 2 and s["gpu"].startswith("not available")
     assert "sampler_error" not in s
+
+
+def test_an_in_process_sampler_never_scans_for_children(monkeypatch):
+    import psutil
+
+    scans = []
+    real = psutil.Process.children
+    monkeypatch.setattr(psutil.Process, "children", lambda self, *a, **k: scans.append(1) or real(self, *a, **k))
+    with ResourceSampler(interval_s=0.02, gpu=False, children=False) as sampler:
+        subprocess.run([sys.executable, "-c", CHILD], check=True)
+    s = sampler.summary()
+    assert not scans and s["processes"] == 1 and len(sampler.samples) >= 5
+    assert s["cpu_time_s"] >= 0 and s["peak_rss_bytes"] > 0
