@@ -3,7 +3,7 @@ offline jobs), three batching strategies — static small batches (our `hf` engi
 batching (vLLM, large max-num-seqs, no chunked prefill), pooled + chunked prefill (an interactive and an
 offline vLLM pool routed by tenant) — measured one after another on the same request table, then decided
 in the seed's order: throughput first, then TTFT p50 and p99 against the SLO
-(`inferopt.validation.case_study.decide`).
+(`inferopt.validate.case_study.decide`).
 
 Prints the table (markdown) and the decision's steps; the LAST line is one JSON object:
 {"rows": [{"strategy", "throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p95_ms", "meets_slo", "verdict"}],
@@ -30,8 +30,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from inferopt.config.case import CaseConfig, load_case
-from inferopt.validation.case_study import (
+from inferopt.config.case import CaseConfig, load_case  # noqa: E402
+from inferopt.validate.case_study import (  # noqa: E402
     case_json,
     case_requests,
     decide,
@@ -44,9 +44,16 @@ def scaled(case: CaseConfig, factor: float) -> CaseConfig:
     """The same case with every tenant's request count × `factor` (at least 2 each; rates unchanged)."""
     if factor == 1.0:
         return case
-    tenants = {name: t.model_copy(update={"workload": t.workload.model_copy(
-        update={"num_requests": max(2, round(t.workload.num_requests * factor))})})
-        for name, t in case.tenants.items()}
+    tenants = {
+        name: t.model_copy(
+            update={
+                "workload": t.workload.model_copy(
+                    update={"num_requests": max(2, round(t.workload.num_requests * factor))}
+                )
+            }
+        )
+        for name, t in case.tenants.items()
+    }
     return case.model_copy(update={"tenants": tenants})
 
 
@@ -64,19 +71,27 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else ROOT / "results" / "case" / time.strftime("%Y%m%d-%H%M%S")
     table = case_requests(case)
     counts = table["tenant"].value_counts().to_dict()
-    print(f"case {case.name}: {len(table)} requests {counts} over {table['arrival_offset_s'].max():.1f} s, "
-          f"workload {table.attrs['content_hash']}; records under {out}", flush=True)
+    print(
+        f"case {case.name}: {len(table)} requests {counts} over {table['arrival_offset_s'].max():.1f} s, "
+        f"workload {table.attrs['content_hash']}; records under {out}",
+        flush=True,
+    )
     t0 = time.monotonic()
     rows, runs = run_case(case, out, only=tuple(args.only))
-    for r, run in zip(rows, runs):
+    for r, run in zip(rows, runs, strict=False):
         where = f"failed at {run.failed_at}: {r.error}" if run.failed else f"{run.duration_s:.1f} s window"
         print(f"  {r.strategy}: {r.requests} requests, {where}", flush=True)
     decision = decide(rows, case.slo)
     print()
     print(format_table(rows, decision, case.slo))
     result = case_json(rows, decision)
-    result.update({"workload_hash": table.attrs["content_hash"], "requests": len(table),
-                   "wall_s": round(time.monotonic() - t0, 1)})
+    result.update(
+        {
+            "workload_hash": table.attrs["content_hash"],
+            "requests": len(table),
+            "wall_s": round(time.monotonic() - t0, 1),
+        }
+    )
     print(json.dumps(result))
     return 0
 

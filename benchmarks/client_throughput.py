@@ -19,7 +19,7 @@ divided by the sending window, first request start to last request end. For Guid
 `client_done_s` of each `ok` record.
 
 Then a constant-rate run of ours at 500 req/s: p99 of the send lag `sent_s - intended_s`, where `sent_s`
-is when the request was written to the socket (see `inferopt.client.http1`: the runner's send timer writes it).
+is when the request was written to the socket (see `inferopt.transport.http1`: the runner's send timer writes it).
 
 Last line of stdout: one JSON object with `ours_rps`, `guidellm_rps`, `ratio`, `p99_send_lag_ms_at_500rps`
 and context: ours on the standard asyncio loop instead of uvloop, our client CPU per request, request
@@ -63,21 +63,34 @@ def _sse_body(n_tokens: int) -> bytes:
         parts.append(
             b'data: {"id":"cmpl-noop","object":"text_completion","created":0,"model":"noop","choices":[{"index":0,'
             b'"text":" tok","logprobs":null,"finish_reason":' + fin.encode() + b'}],"usage":{"prompt_tokens":1,'
-            b'"completion_tokens":' + str(i).encode() + b',"total_tokens":' + str(i + 1).encode() + b"}}\n\n")
-    parts.append(b'data: {"id":"cmpl-noop","object":"text_completion","created":0,"model":"noop","choices":[],'
-                 b'"usage":{"prompt_tokens":1,"completion_tokens":' + str(n_tokens).encode() + b"}}\n\n")
+            b'"completion_tokens":' + str(i).encode() + b',"total_tokens":' + str(i + 1).encode() + b"}}\n\n"
+        )
+    parts.append(
+        b'data: {"id":"cmpl-noop","object":"text_completion","created":0,"model":"noop","choices":[],'
+        b'"usage":{"prompt_tokens":1,"completion_tokens":' + str(n_tokens).encode() + b"}}\n\n"
+    )
     parts.append(b"data: [DONE]\n\n")
     return b"".join(parts)
 
 
 def _chunked(status: bytes, ctype: bytes, payload: bytes) -> bytes:
-    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nCache-Control: no-cache\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n" + f"{len(payload):x}".encode() + b"\r\n" + payload + b"\r\n0\r\n\r\n")
+    return (
+        b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nCache-Control: no-cache\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + f"{len(payload):x}".encode() + b"\r\n" + payload + b"\r\n0\r\n\r\n"
+    )
 
 
 def _plain(status: bytes, ctype: bytes, payload: bytes) -> bytes:
-    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
-            + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    return (
+        b"HTTP/1.1 "
+        + status
+        + b"\r\nContent-Type: "
+        + ctype
+        + b"\r\nContent-Length: "
+        + str(len(payload)).encode()
+        + b"\r\n\r\n"
+        + payload
+    )
 
 
 def serve(port: int) -> None:
@@ -85,8 +98,11 @@ def serve(port: int) -> None:
     import uvloop
 
     bodies = {n: _chunked(b"200 OK", b"text/event-stream", _sse_body(n)) for n in range(1, 65)}
-    models = _plain(b"200 OK", b"application/json",
-                    json.dumps({"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]}).encode())
+    models = _plain(
+        b"200 OK",
+        b"application/json",
+        json.dumps({"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]}).encode(),
+    )
     health = _plain(b"200 OK", b"text/plain", b"ok")
     missing = _plain(b"404 Not Found", b"text/plain", b"not found")
 
@@ -106,21 +122,21 @@ def serve(port: int) -> None:
                 lower = head.lower()
                 i = lower.find(b"content-length:")
                 if i >= 0:
-                    clen = int(lower[i + 15: lower.find(b"\r\n", i) if lower.find(b"\r\n", i) > 0 else None].strip())
+                    clen = int(lower[i + 15 : lower.find(b"\r\n", i) if lower.find(b"\r\n", i) > 0 else None].strip())
                 if len(buf) < end + 4 + clen:
                     break
-                body = buf[end + 4: end + 4 + clen]
-                buf = buf[end + 4 + clen:]
+                body = buf[end + 4 : end + 4 + clen]
+                buf = buf[end + 4 + clen :]
                 line = head[: head.find(b"\r\n")] if b"\r\n" in head else head
                 if line.startswith(b"POST") and b"/completions" in line:
                     j = body.find(b'"max_tokens":')
                     n = 16
                     if j >= 0:
                         k = j + 13
-                        while body[k:k + 1] == b" ":
+                        while body[k : k + 1] == b" ":
                             k += 1
                         e = k
-                        while body[e:e + 1].isdigit():
+                        while body[e : e + 1].isdigit():
                             e += 1
                         n = int(body[k:e] or 16)
                     self.t.write(bodies[max(1, min(n, 64))])
@@ -168,10 +184,21 @@ def _table(n: int, rate_per_s: float):
     from inferopt.config import ConstantArrivals, LengthConfig, WorkloadConfig
     from inferopt.workload import build_workload
 
-    lengths = LengthConfig(input_median=INPUT_LEN, input_sigma=0.0, input_min=INPUT_LEN, input_max=INPUT_LEN,
-                           output_median=OUTPUT_LEN, output_sigma=0.0, output_min=OUTPUT_LEN, output_max=OUTPUT_LEN)
-    return build_workload(WorkloadConfig(name="bench", seed=0, num_requests=n,
-                                         arrival=ConstantArrivals(rate_per_s=rate_per_s), lengths=lengths))
+    lengths = LengthConfig(
+        input_median=INPUT_LEN,
+        input_sigma=0.0,
+        input_min=INPUT_LEN,
+        input_max=INPUT_LEN,
+        output_median=OUTPUT_LEN,
+        output_sigma=0.0,
+        output_min=OUTPUT_LEN,
+        output_max=OUTPUT_LEN,
+    )
+    return build_workload(
+        WorkloadConfig(
+            name="bench", seed=0, num_requests=n, arrival=ConstantArrivals(rate_per_s=rate_per_s), lengths=lengths
+        )
+    )
 
 
 _CPU_S: list[float] = []  # process CPU seconds of each run_open_loop call (prompt building included)
@@ -182,8 +209,9 @@ async def _ours(base_url: str, n: int, rate_per_s: float, max_connections: int) 
     from inferopt.engines.openai import OpenAIEngine
     from inferopt.measure.runner import run_open_loop
 
-    engine = OpenAIEngine(OpenAISystem(base_url=base_url, served_model=MODEL_ID, vocab_size=32000,
-                                       max_connections=max_connections))
+    engine = OpenAIEngine(
+        OpenAISystem(base_url=base_url, served_model=MODEL_ID, vocab_size=32000, max_connections=max_connections)
+    )
     table = _table(n, rate_per_s)
     await engine.start()
     try:
@@ -241,14 +269,22 @@ def run_guidellm(base_url: str, n: int, max_seconds: float, concurrency: int) ->
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "guidellm.json"
         cmd = [
-            str(exe), "run",
-            "--backend", f"kind=openai_http,target={base_url},model={MODEL_ID},request_format=/v1/completions",
-            "--profile", f"kind=throughput,max_concurrency={concurrency}",
-            "--constraint", f"kind=max_requests,count={n}",
-            "--constraint", f"kind=max_duration,seconds={max_seconds:g}",
-            "--tokenizer", f"kind=huggingface_auto,model={TOKENIZER_DIR}",
-            "--data", f"kind=synthetic_text,prompt_tokens={INPUT_LEN},output_tokens={OUTPUT_LEN}",
-            "--output", f"kind=json,path={out}",
+            str(exe),
+            "run",
+            "--backend",
+            f"kind=openai_http,target={base_url},model={MODEL_ID},request_format=/v1/completions",
+            "--profile",
+            f"kind=throughput,max_concurrency={concurrency}",
+            "--constraint",
+            f"kind=max_requests,count={n}",
+            "--constraint",
+            f"kind=max_duration,seconds={max_seconds:g}",
+            "--tokenizer",
+            f"kind=huggingface_auto,model={TOKENIZER_DIR}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens={INPUT_LEN},output_tokens={OUTPUT_LEN}",
+            "--output",
+            f"kind=json,path={out}",
             "--disable-console-interactive",
         ]
         env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
@@ -277,7 +313,9 @@ def guidellm_window(report: dict[str, Any]) -> tuple[float, int, int]:
             starts.append(float(s))
             ends.append(float(e))
     if not ends:
-        raise RuntimeError("no per-request timings found in GuideLLM's report; keys: " + ", ".join(ok[0] if ok else reqs))
+        raise RuntimeError(
+            "no per-request timings found in GuideLLM's report; keys: " + ", ".join(ok[0] if ok else reqs)
+        )
     return window_rps(starts, ends), len(ok), len(bad)
 
 
@@ -305,9 +343,14 @@ def main() -> None:
         cpu_us = _CPU_S[-1] / max(len(recs), 1) * 1e6
         ok = [r for r in recs if r.outcome == "ok"]
         ours_rps = window_rps([r.sent_s for r in ok], [r.client_done_s for r in ok])
-        print(f"ours: {len(ok)}/{len(recs)} ok, {ours_rps:.0f} req/s over the sending window, "
-              f"{cpu_us:.0f} us of client CPU per request", flush=True)
-        plain = [r for r in run_ours(base_url, args.requests, 1e6, args.concurrency, use_uvloop=False) if r.outcome == "ok"]
+        print(
+            f"ours: {len(ok)}/{len(recs)} ok, {ours_rps:.0f} req/s over the sending window, "
+            f"{cpu_us:.0f} us of client CPU per request",
+            flush=True,
+        )
+        plain = [
+            r for r in run_ours(base_url, args.requests, 1e6, args.concurrency, use_uvloop=False) if r.outcome == "ok"
+        ]
         ours_rps_asyncio = window_rps([r.sent_s for r in plain], [r.client_done_s for r in plain])
         print(f"ours on the standard asyncio loop: {ours_rps_asyncio:.0f} req/s", flush=True)
 
@@ -315,30 +358,49 @@ def main() -> None:
         lag_ok = [r for r in lag_recs if r.outcome == "ok"]
         lag_ms = np.array([(r.sent_s - r.intended_s) * 1000 for r in lag_ok])
         p50, p99, pmax = (float(np.percentile(lag_ms, q)) for q in (50, 99, 100))
-        print(f"ours @500 req/s: {len(lag_ok)}/{len(lag_recs)} ok, send lag p50 {p50:.3f} ms, p99 {p99:.3f} ms, "
-              f"max {pmax:.3f} ms", flush=True)
+        print(
+            f"ours @500 req/s: {len(lag_ok)}/{len(lag_recs)} ok, send lag p50 {p50:.3f} ms, p99 {p99:.3f} ms, "
+            f"max {pmax:.3f} ms",
+            flush=True,
+        )
 
         g_rps, g_ok, g_bad = None, 0, 0
         if not args.skip_guidellm:
             g = run_guidellm(base_url, args.requests, args.max_seconds, args.concurrency)
             g_rps, g_ok, g_bad = guidellm_window(g["report"])
             g_wall = g["wall_s"]
-            print(f"guidellm: {g_ok} ok, {g_bad} errored, {g_rps:.0f} req/s over the sending window "
-                  f"(process wall {g_wall:.1f} s)", flush=True)
+            print(
+                f"guidellm: {g_ok} ok, {g_bad} errored, {g_rps:.0f} req/s over the sending window "
+                f"(process wall {g_wall:.1f} s)",
+                flush=True,
+            )
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    print(json.dumps({
-        "ours_rps": round(ours_rps, 1), "guidellm_rps": round(g_rps, 1) if g_rps is not None else None,
-        "ratio": round(ours_rps / g_rps, 2) if g_rps else None,
-        "p99_send_lag_ms_at_500rps": round(p99, 3), "p50_send_lag_ms_at_500rps": round(p50, 3),
-        "max_send_lag_ms_at_500rps": round(pmax, 3),
-        "ours_rps_asyncio_loop": round(ours_rps_asyncio, 1), "ours_client_cpu_us_per_req": round(cpu_us, 1),
-        "ours_ok": len(ok), "ours_sent": len(recs), "guidellm_ok": g_ok, "guidellm_errored": g_bad,
-        "concurrency": args.concurrency, "input_len": INPUT_LEN, "output_len": OUTPUT_LEN,
-        "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        "cpus": os.cpu_count(),
-    }))
+    print(
+        json.dumps(
+            {
+                "ours_rps": round(ours_rps, 1),
+                "guidellm_rps": round(g_rps, 1) if g_rps is not None else None,
+                "ratio": round(ours_rps / g_rps, 2) if g_rps else None,
+                "p99_send_lag_ms_at_500rps": round(p99, 3),
+                "p50_send_lag_ms_at_500rps": round(p50, 3),
+                "max_send_lag_ms_at_500rps": round(pmax, 3),
+                "ours_rps_asyncio_loop": round(ours_rps_asyncio, 1),
+                "ours_client_cpu_us_per_req": round(cpu_us, 1),
+                "ours_ok": len(ok),
+                "ours_sent": len(recs),
+                "guidellm_ok": g_ok,
+                "guidellm_errored": g_bad,
+                "concurrency": args.concurrency,
+                "input_len": INPUT_LEN,
+                "output_len": OUTPUT_LEN,
+                "loadavg_before": [round(x, 2) for x in load_before],
+                "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+                "cpus": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Analytic FLOPs (`inferopt.analysis.roofline.prefill_flops` / `decode_flops`) vs
+"""Analytic FLOPs (`inferopt.locate.roofline.prefill_flops` / `decode_flops`) vs
 `torch.utils.flop_counter.FlopCounterMode` on a real model, with the CPU sdpa formula registered
-(`inferopt.analysis.flops.register_cpu_sdpa_flops`; without it CPU attention counts 0 FLOPs).
+(`inferopt.locate.flops.register_cpu_sdpa_flops`; without it CPU attention counts 0 FLOPs).
 
 For every context length x batch: one prefill of that many tokens per sequence, then one decode step on
 that cache, through the engine's own forward loop (`hf_loop.GreedyBatch`). Prints a table; the LAST line is
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from inferopt.analysis.flops import flops_check  # noqa: E402
 from inferopt.config import ModelSpec  # noqa: E402
+from inferopt.locate.flops import flops_check  # noqa: E402
 from inferopt.model.loading import load_model  # noqa: E402
 
 TOLERANCE = 0.02
@@ -53,13 +53,24 @@ def main(argv: list[str] | None = None) -> int:
         "max_rel_err": round(max_err, 6),
         "cases": int(len(table)),
         "within_2pct": bool(max_err <= TOLERANCE),
-        "contexts": args.contexts, "batches": args.batches, "phases": ["prefill", "decode"],
-        "model": args.model, "attn": args.attn,
+        "contexts": args.contexts,
+        "batches": args.batches,
+        "phases": ["prefill", "decode"],
+        "model": args.model,
+        "attn": args.attn,
         "sdpa_op_counted": bool((table["counted_sdpa_flops"] > 0).all()),
         # what FlopCounterMode alone reports on CPU sdpa (no formula: attention counts 0)
-        "max_rel_err_without_sdpa_formula": round(float(
-            ((table["analytic_flops"] - (table["counted_flops"] - table["counted_sdpa_flops"]))
-             / (table["counted_flops"] - table["counted_sdpa_flops"])).abs().max()), 6),
+        "max_rel_err_without_sdpa_formula": round(
+            float(
+                (
+                    (table["analytic_flops"] - (table["counted_flops"] - table["counted_sdpa_flops"]))
+                    / (table["counted_flops"] - table["counted_sdpa_flops"])
+                )
+                .abs()
+                .max()
+            ),
+            6,
+        ),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     print(json.dumps(result))

@@ -35,23 +35,27 @@ def main() -> int:
     if dev == "cpu" and not args.allow_cpu:
         print("no CUDA device: nothing to check here", file=sys.stderr)
         return 3
-    from inferopt.ablation.run import ablate
-    from inferopt.analysis.hardware import measure_device
-    from inferopt.analysis.locate_step import locate_step
-    from inferopt.analysis.remedies import choose
+    from inferopt.ablate.run import ablate
+    from inferopt.choose.remedies import choose
     from inferopt.config import load_config
+    from inferopt.gate.drift import next_token_drift, served_agreement
+    from inferopt.locate.hardware import measure_device
+    from inferopt.locate.step import locate_step
     from inferopt.measure.step import measure
-    from inferopt.quality.drift import next_token_drift, served_agreement
-    from inferopt.validation.scenarios import scenario_table, validate
+    from inferopt.validate.scenarios import scenario_table, validate
 
     t0 = time.time()
-    cand = load_config(args.candidate, **{"workload.num_requests": args.requests, "ablation.repeats": args.repeats,
-                                          "gate.held_prompts": 8})
+    cand = load_config(
+        args.candidate,
+        **{"workload.num_requests": args.requests, "ablation.repeats": args.repeats, "gate.held_prompts": 8},
+    )
     out = Path(tempfile.mkdtemp())
     name = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
     roofs = measure_device("bfloat16", 4, device=dev)
-    print(f"[roofs] {name}: bf16 matmul {roofs['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s, "
-          f"copy {roofs['copy_bytes_per_s'] / 1e12:.2f} TB/s")
+    print(
+        f"[roofs] {name}: bf16 matmul {roofs['matmul_flop_per_s'] / 1e12:.0f} TFLOP/s, "
+        f"copy {roofs['copy_bytes_per_s'] / 1e12:.2f} TB/s"
+    )
     m = measure(cand, out / "measure")
     print(f"[measure] {json.dumps({k: round(v, 2) for k, v in m.headline.items()})}")
     print(f"[measure] decomposition {m.decomposition}")
@@ -66,7 +70,9 @@ def main() -> int:
     ch = choose(loc.verdict.cause, dict(cand.changes))
     print(f"[choose] matches={ch.matches} warning={ch.warning}")
     ab = ablate(cand, out / "ablate")
-    print(ab.effects[["metric", "baseline_value", "arm_value", "ratio", "ratio_lo", "ratio_hi", "direction"]].to_string())
+    print(
+        ab.effects[["metric", "baseline_value", "arm_value", "ratio", "ratio_lo", "ratio_hi", "direction"]].to_string()
+    )
     print(f"[ablate] {ab.verdicts}")
     sc = validate(cand.candidate_system, cand.workload, cand.validation.scenarios, cand.slo, out / "validate")
     table = scenario_table(sc)
@@ -77,16 +83,23 @@ def main() -> int:
     drift = next_token_drift(bf16, cand.baseline, cand.gate)  # fp32 -> bf16 on the GPU: a real numeric change
     print(f"[gate] served {served}\n[gate] fp32->bf16 drift {drift}")
     result = {
-        "device": name, "torch": torch.__version__,
-        "roofs": {"bf16_matmul_tflop_per_s": roofs["matmul_flop_per_s"] / 1e12, "copy_tb_per_s": roofs["copy_bytes_per_s"] / 1e12},
+        "device": name,
+        "torch": torch.__version__,
+        "roofs": {
+            "bf16_matmul_tflop_per_s": roofs["matmul_flop_per_s"] / 1e12,
+            "copy_tb_per_s": roofs["copy_bytes_per_s"] / 1e12,
+        },
         "measure": {k: m.headline[k] for k in ("ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "output_tok_per_s")},
-        "decomposition_adds_up": m.decomposition["adds_up"], "cause": loc.verdict.cause,
+        "decomposition_adds_up": m.decomposition["adds_up"],
+        "cause": loc.verdict.cause,
         "measured_roofline": loc.measured[["phase", "measured_ms", "roofline_min_ms", "mfu", "mbu"]].to_dict("records"),
         "ablation": {r.metric: [r.ratio, r.ratio_lo, r.ratio_hi] for r in ab.effects.itertuples()},
         "arm_verdict": ab.verdicts["candidate"]["verdict"],
         "scenarios": {r["scenario"]: bool(r["passed"]) for r in table.to_dict("records")},
-        "served_agreement": served.get("token_agreement"), "fp32_bf16_mean_kl": drift.get("mean_kl"),
-        "fp32_bf16_top1": drift.get("top1_agreement"), "wall_s": time.time() - t0,
+        "served_agreement": served.get("token_agreement"),
+        "fp32_bf16_mean_kl": drift.get("mean_kl"),
+        "fp32_bf16_top1": drift.get("top1_agreement"),
+        "wall_s": time.time() - t0,
     }
     print(json.dumps(result, default=float))
     return 0

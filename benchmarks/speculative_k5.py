@@ -6,7 +6,7 @@ target's first 2 layers, weights shared); k = `--k`. Both arms are our hf engine
 one request at a time (closed loop: no queueing in TPOT), the same seeded prompts (random token ids, as the
 workloads draw them), fixed output lengths (no EOS stop). Repeats alternate which arm goes first (ABBA).
 
-- a: per-position MLE over every round (`inferopt.analysis.speculative.acceptance_rate`);
+- a: per-position MLE over every round (`inferopt.ablate.speculative_math.acceptance_rate`);
 - cost ratio c (Leviathan's): the engine's mean draft decode forward / one plain step (the plain arm's TPOT p50);
 - `predicted_speedup` = (1 + a + ... + a^k) / (k c + 1) prices a verify forward at one plain step;
   `predicted_speedup_with_verify_cost` prices it as timed (/ (k c + v), v = verify / plain step): the part of
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from inferopt.analysis.speculative import predicted_speedup, summarize  # noqa: E402
+from inferopt.ablate.speculative_math import predicted_speedup, summarize  # noqa: E402
 from inferopt.config import HFSystem, ModelSpec  # noqa: E402
 from inferopt.engines.base import FinishEvent, GenRequest, TokenEvent  # noqa: E402
 
@@ -44,7 +44,7 @@ TARGET = "builtin:quality-tiny"
 
 
 async def _serve(system: HFSystem, loaded, prompts: list[list[int]], output_len: int) -> tuple[list, list, dict]:
-    from inferopt.engines.hf import HFEngine
+    from inferopt.engines.hf.engine import HFEngine
 
     engine = HFEngine(system, preloaded=loaded)
     await engine.start()
@@ -89,8 +89,12 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     vocab = int(loaded.model.config.vocab_size)
     prompts = [rng.integers(3, vocab, size=int(rng.integers(16, 96))).tolist() for _ in range(args.requests)]
-    common = dict(model=ModelSpec(path=TARGET), attn_implementation="sdpa", stop_at_eos=False,
-                  batching={"max_batch_size": 1, "batch_wait_ms": 0})
+    common = dict(
+        model=ModelSpec(path=TARGET),
+        attn_implementation="sdpa",
+        stop_at_eos=False,
+        batching={"max_batch_size": 1, "batch_wait_ms": 0},
+    )
     plain = HFSystem(**common)
     spec = HFSystem(**common, speculative={"draft_model": args.draft, "num_draft_tokens": args.k})
 
@@ -120,21 +124,29 @@ def main() -> None:
     c, v = draft_ms / plain_ms, verify_ms / plain_ms
     s = summarize(args.k, drafted, accepted, cost_ratio=c)
     out = {
-        "acceptance_rate": round(s.acceptance_rate, 4), "k": args.k,
+        "acceptance_rate": round(s.acceptance_rate, 4),
+        "k": args.k,
         "predicted_tokens_per_round": round(s.predicted_tokens_per_round, 4),
         "measured_tokens_per_round": round(s.measured_tokens_per_round, 4),
         "predicted_speedup": round(s.predicted_speedup, 4),
         "measured_speedup": round(float(np.median(tpot["plain"]) / np.median(tpot["spec"])), 4),
         "measured_speedup_per_repeat": [round(r, 4) for r in per_repeat],
-        "cost_ratio": round(c, 4), "draft_acceptance_rate": round(s.draft_acceptance_rate, 4),
+        "cost_ratio": round(c, 4),
+        "draft_acceptance_rate": round(s.draft_acceptance_rate, 4),
         # the formula prices a verify forward at one plain step; priced as timed instead:
-        "draft_ms_per_forward": round(draft_ms, 3), "verify_ms_per_forward": round(verify_ms, 3),
+        "draft_ms_per_forward": round(draft_ms, 3),
+        "verify_ms_per_forward": round(verify_ms, 3),
         "verify_cost_ratio": round(v, 4),
         "predicted_speedup_with_verify_cost": round(predicted_speedup(s.acceptance_rate, args.k, c, v), 4),
         "tpot_ms_p50_plain": round(float(np.median(tpot["plain"])), 3),
         "tpot_ms_p50_spec": round(float(np.median(tpot["spec"])), 3),
-        "rounds": s.rounds, "outputs_equal": bool(equal), "draft": args.draft, "target": TARGET,
-        "requests": args.requests, "output_len": args.output_len, "repeats": args.repeats,
+        "rounds": s.rounds,
+        "outputs_equal": bool(equal),
+        "draft": args.draft,
+        "target": TARGET,
+        "requests": args.requests,
+        "output_len": args.output_len,
+        "repeats": args.repeats,
     }
     print(json.dumps(out))
 

@@ -27,8 +27,13 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 SCENARIOS = [
     {"name": "steady", "kind": "steady"},
     {"name": "burst", "kind": "burst", "burstiness": 8.0},
-    {"name": "overload", "kind": "overload", "rate_scale": 8.0, "admission_limit": 18,
-     "retry": {"max_attempts": 3, "base_backoff_s": 0.25, "max_backoff_s": 2.0}},
+    {
+        "name": "overload",
+        "kind": "overload",
+        "rate_scale": 8.0,
+        "admission_limit": 18,
+        "retry": {"max_attempts": 3, "base_backoff_s": 0.25, "max_backoff_s": 2.0},
+    },
     {"name": "node-failure", "kind": "node_failure", "kill_at_s": 5.0, "max_recovery_s": 10.0},
 ]
 
@@ -58,12 +63,17 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         m = r.metrics
         out["scenarios"][r.scenario.name] = {
-            "kind": r.scenario.kind, "passed": r.passed, "ttft_ms_p99": _num(m.get("ttft_ms_p99")),
-            "requests": _num(m.get("requests")), "rejected_rate": _num(m.get("rejected_rate")),
+            "kind": r.scenario.kind,
+            "passed": r.passed,
+            "ttft_ms_p99": _num(m.get("ttft_ms_p99")),
+            "requests": _num(m.get("requests")),
+            "rejected_rate": _num(m.get("rejected_rate")),
             "unbounded_ttft_ms_p99": _num(m.get("unbounded.ttft_ms_p99")),
-            "failed_requests": _num(m.get("failed_requests")), "recovery_s": _num(m.get("recovery_s")),
+            "failed_requests": _num(m.get("failed_requests")),
+            "recovery_s": _num(m.get("recovery_s")),
             "records_equal_sent": (m.get("records") == m.get("sent")) if "sent" in m else None,
-            "jain_tenant": _num(m.get("fairness_jain_tenant")), "starved": r.fairness.starved if r.fairness else [],
+            "jain_tenant": _num(m.get("fairness_jain_tenant")),
+            "starved": r.fairness.starved if r.fairness else [],
             "first_reason": r.reasons[0] if r.reasons else "",
         }
     tracker.client.set_terminated(tracker.parent_run_id)

@@ -2,7 +2,7 @@
 
 A verdict engine is worth its false-alarm and miss rates, so this script measures them on the scripted fake
 engine with realistic noise. Each simulated ablation is one call of the real pipeline,
-`inferopt.ablation.run.ablate`: plan the arms, run interleaved trials through `run_system` on a fresh
+`inferopt.ablate.run.ablate`: plan the arms, run interleaved trials through `run_system` on a fresh
 FakeEngine per trial, the pipeline's test per metric (default: paired t-test over repeats), the target metric
 first and the five others only if it moved (gatekeeping, Holm in each family), per-arm verdicts. Its arms:
 
@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PLANTED = 1.10          # decode_step_ms multiplier of arm B
+PLANTED = 1.10  # decode_step_ms multiplier of arm B
 TARGET = "tpot_ms_p50"
 
 
@@ -64,19 +64,35 @@ def candidate_dict(args: argparse.Namespace) -> dict:
     d = base.model_dump()
     d["name"] = "verdict-error-rates"
     d["baseline"].update(
-        name="fake-decode", decode_step_ms=args.decode_step_ms, decode_ms_per_seq=0.0, jitter_cv=args.jitter_cv,
+        name="fake-decode",
+        decode_step_ms=args.decode_step_ms,
+        decode_ms_per_seq=0.0,
+        jitter_cv=args.jitter_cv,
         batching={"policy": "static", "max_batch_size": 8, "batch_wait_ms": 2.0, "max_queue": None},
     )
     d["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": args.rate}
     d["changes"] = {"decode_step_ms": round(args.decode_step_ms * PLANTED, 6)}
     d["target_metrics"] = [TARGET]
     if args.design == "fixed":
-        d["ablation"].update(aa_arm=True, repeats=args.repeats, min_repeats=None, max_repeats=None,
-                             bootstrap_samples=args.bootstrap, alpha=args.alpha, test=args.test)
+        d["ablation"].update(
+            aa_arm=True,
+            repeats=args.repeats,
+            min_repeats=None,
+            max_repeats=None,
+            bootstrap_samples=args.bootstrap,
+            alpha=args.alpha,
+            test=args.test,
+        )
     else:
-        d["ablation"].update(aa_arm=True, repeats=args.min_repeats, min_repeats=args.min_repeats,
-                             max_repeats=args.max_repeats, bootstrap_samples=args.bootstrap, alpha=args.alpha,
-                             test=args.test)
+        d["ablation"].update(
+            aa_arm=True,
+            repeats=args.min_repeats,
+            min_repeats=args.min_repeats,
+            max_repeats=args.max_repeats,
+            bootstrap_samples=args.bootstrap,
+            alpha=args.alpha,
+            test=args.test,
+        )
     return d
 
 
@@ -85,8 +101,8 @@ def simulate(job: tuple[dict, int]) -> dict:
     d, i = job
     import numpy as np
 
-    from inferopt.ablation.compare import METRICS_BY_NAME, arm_trial_values
-    from inferopt.ablation.run import ablate, fresh_fake_noise
+    from inferopt.ablate.compare import METRICS_BY_NAME, arm_trial_values
+    from inferopt.ablate.run import ablate, fresh_fake_noise
     from inferopt.config import CandidateConfig
 
     d = json.loads(json.dumps(d))
@@ -132,9 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jitter-cv", type=float, default=0.15, help="lognormal noise on every fake delay")
     ap.add_argument("--decode-step-ms", type=float, default=3.0)
     ap.add_argument("--rate", type=float, default=120.0, help="arrivals per second (fake-small: 40 requests)")
-    ap.add_argument("--design", choices=["fixed", "sequential"], default="fixed",
-                    help="fixed: one look after --repeats at alpha (the pipeline's default design); sequential: "
-                         "looks from --min-repeats to --max-repeats at alpha / looks each")
+    ap.add_argument(
+        "--design",
+        choices=["fixed", "sequential"],
+        default="fixed",
+        help="fixed: one look after --repeats at alpha (the pipeline's default design); sequential: "
+        "looks from --min-repeats to --max-repeats at alpha / looks each",
+    )
     ap.add_argument("--repeats", type=int, default=6, help="fixed design: trials per arm")
     ap.add_argument("--min-repeats", type=int, default=3)
     ap.add_argument("--max-repeats", type=int, default=8)
@@ -149,11 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     from inferopt.config import CandidateConfig
 
     cand = CandidateConfig.model_validate(d)
-    print(f"[error-rates] {args.sims} simulated ablations x arms (baseline, aa, candidate); jitter_cv "
-          f"{args.jitter_cv}; decode_step_ms {args.decode_step_ms} -> x{PLANTED}; target {TARGET}; looks after "
-          f"repeats {list(cand.ablation.look_repeats)} at alpha {cand.ablation.alpha_per_look:.4g} each "
-          f"(Bonferroni over looks; target first, then the other 5 metrics: Holm in each); test {args.test}; "
-          f"{args.workers} workers", flush=True)
+    print(
+        f"[error-rates] {args.sims} simulated ablations x arms (baseline, aa, candidate); jitter_cv "
+        f"{args.jitter_cv}; decode_step_ms {args.decode_step_ms} -> x{PLANTED}; target {TARGET}; looks after "
+        f"repeats {list(cand.ablation.look_repeats)} at alpha {cand.ablation.alpha_per_look:.4g} each "
+        f"(Bonferroni over looks; target first, then the other 5 metrics: Holm in each); test {args.test}; "
+        f"{args.workers} workers",
+        flush=True,
+    )
     t0 = time.time()
     results = []
     jobs = [(d, args.seed_offset + i) for i in range(args.sims)]
@@ -167,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             if len(results) % 10 == 0:
                 fp = sum(x["aa_any_significant"] for x in results) / len(results)
                 det = sum(x["b_verdict"] == "regresses" for x in results) / len(results)
-                print(f"[error-rates] {len(results)}/{args.sims}: A/A false positives {fp:.3f}, detection {det:.3f} "
-                      f"({time.time() - t0:.0f} s)", flush=True)
+                print(
+                    f"[error-rates] {len(results)}/{args.sims}: A/A false positives {fp:.3f}, detection {det:.3f} "
+                    f"({time.time() - t0:.0f} s)",
+                    flush=True,
+                )
     if sink:
         sink.close()
 
@@ -179,20 +205,30 @@ def main(argv: list[str] | None = None) -> int:
     k_wrong = sum(r["b_verdict"] == "improves" for r in results)
     detail = {
         "simulated_ablations": n,
-        "aa_false_positive_rate": k_fp / n, "aa_false_positive_ci95": wilson(k_fp, n),
+        "aa_false_positive_rate": k_fp / n,
+        "aa_false_positive_ci95": wilson(k_fp, n),
         "aa_verdict_false_positive_rate": k_fp_verdict / n,
-        "planted_detection_rate": k_det / n, "planted_detection_ci95": wilson(k_det, n),
+        "planted_detection_rate": k_det / n,
+        "planted_detection_ci95": wilson(k_det, n),
         "planted_wrong_direction_rate": k_wrong / n,
         "realised_tpot_p50_ratio_mean": sum(r["b_ratio"] for r in results) / n,
         "mean_repeats": sum(r["repeats"] for r in results) / n,
         "stopped_early_rate": sum(r["stopped_early"] for r in results) / n,
-        "design": args.design, "test": args.test, "alpha": args.alpha, "alpha_per_look": cand.ablation.alpha_per_look,
-        "looks": list(cand.ablation.look_repeats), "jitter_cv": args.jitter_cv,
-        "failed_trials": sum(r["failed_trials"] for r in results), "wall_s": round(time.time() - t0, 1),
+        "design": args.design,
+        "test": args.test,
+        "alpha": args.alpha,
+        "alpha_per_look": cand.ablation.alpha_per_look,
+        "looks": list(cand.ablation.look_repeats),
+        "jitter_cv": args.jitter_cv,
+        "failed_trials": sum(r["failed_trials"] for r in results),
+        "wall_s": round(time.time() - t0, 1),
     }
     print(json.dumps(detail))
-    print(json.dumps({"aa_false_positive_rate": round(k_fp / n, 4), "planted_detection_rate": round(k_det / n, 4),
-                      "trials": n}))
+    print(
+        json.dumps(
+            {"aa_false_positive_rate": round(k_fp / n, 4), "planted_detection_rate": round(k_det / n, 4), "trials": n}
+        )
+    )
     return 0
 
 

@@ -14,7 +14,7 @@ replaces, so exactly one run is production. The nightly check reads from that ru
 and its ablation's `candidate` trials (`4-ablate/phases.parquet`, `trials.parquet`) as the baseline. The
 baseline stays the promoted run — a passing night never replaces it, so a slow drift cannot creep in.
 
-Tonight: the production system replays the same workload `repeats` times; `inferopt.ablation.regression`
+Tonight: the production system replays the same workload `repeats` times; `inferopt.ablate.regression`
 compares tonight with the accepted trials (paired repeat t-test per metric, Holm, a tolerance). Into MLflow: a
 run `nightly-<candidate>` (tag `inferopt.kind = nightly`, `inferopt.accepted_run`), the effects table, each
 trial's headline metrics, tag `inferopt.regression` = true/false and `inferopt.regression_reasons`. On a
@@ -24,7 +24,7 @@ regression the MLflow run ends FAILED and the flow raises `NightlyRegression`: t
 `overrides` (dotted fields of the resolved candidate, e.g. {"baseline.decode_step_ms": 6.0}) re-measure a
 variant of production — a new driver image, a planted regression in a test; they are tagged on the run.
 
-Deliberately not here: the statistics (`inferopt.ablation.regression`), running trials (`dispatch.py`).
+Deliberately not here: the statistics (`inferopt.ablate.regression`), running trials (`dispatch.py`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from prefect import flow  # noqa: E402
 
-from inferopt.ablation.dispatch import run_arm_trials, trial_config  # noqa: E402
-from inferopt.ablation.regression import ACCEPTED, compare_to_accepted, trials_from_ablation, trials_from_runs  # noqa: E402
+from inferopt.ablate.dispatch import run_arm_trials, trial_config  # noqa: E402
+from inferopt.ablate.regression import ACCEPTED, compare_to_accepted, trials_from_ablation, trials_from_runs  # noqa: E402
 from inferopt.config import CandidateConfig  # noqa: E402
 from inferopt.measure.slices import headline  # noqa: E402
 from tasks.tracking import DEFAULT_EXPERIMENT, Tracker, tracking_uri  # noqa: E402
@@ -64,11 +64,21 @@ class NightlyRegression(RuntimeError):
 def find_accepted_run(client: MlflowClient, experiment: str = DEFAULT_EXPERIMENT) -> str:
     """The run id of the production configuration (the run tagged `inferopt.accepted = true`)."""
     exp = client.get_experiment_by_name(experiment)
-    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{ACCEPTED_TAG}` = 'true'",
-                              order_by=["tags.`inferopt.accepted_at` DESC"], max_results=2) if exp else []
+    runs = (
+        client.search_runs(
+            [exp.experiment_id],
+            filter_string=f"tags.`{ACCEPTED_TAG}` = 'true'",
+            order_by=["tags.`inferopt.accepted_at` DESC"],
+            max_results=2,
+        )
+        if exp
+        else []
+    )
     if not runs:
-        raise LookupError(f"no run in experiment {experiment!r} is tagged {ACCEPTED_TAG}=true; fix: "
-                          "python -m flows.nightly --accept <the optimize run id that production runs>")
+        raise LookupError(
+            f"no run in experiment {experiment!r} is tagged {ACCEPTED_TAG}=true; fix: "
+            "python -m flows.nightly --accept <the optimize run id that production runs>"
+        )
     return runs[0].info.run_id
 
 
@@ -78,11 +88,15 @@ def accept_run(client: MlflowClient, run_id: str, by: str = "", reason: str = ""
     run = client.get_run(run_id)
     verdict = run.data.tags.get("inferopt.verdict")
     if run.data.tags.get("inferopt.kind") != "optimize" or run.info.status != "FINISHED":
-        raise ValueError(f"run {run_id}: only a finished optimize run can become production "
-                         f"(kind {run.data.tags.get('inferopt.kind')!r}, status {run.info.status})")
+        raise ValueError(
+            f"run {run_id}: only a finished optimize run can become production "
+            f"(kind {run.data.tags.get('inferopt.kind')!r}, status {run.info.status})"
+        )
     if verdict != "accept" and not reason.strip():
-        raise ValueError(f"run {run_id}: its verdict is {verdict!r}, not accept; fix: promote an accepted run, or "
-                         "say why this one is production anyway with --reason '...'")
+        raise ValueError(
+            f"run {run_id}: its verdict is {verdict!r}, not accept; fix: promote an accepted run, or "
+            "say why this one is production anyway with --reason '...'"
+        )
     exp_name = client.get_experiment(run.info.experiment_id).name
     try:
         previous = find_accepted_run(client, exp_name)
@@ -110,15 +124,19 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def load_accepted(client: MlflowClient, run_id: str, overrides: dict[str, Any] | None) -> tuple[CandidateConfig, pd.DataFrame]:
+def load_accepted(
+    client: MlflowClient, run_id: str, overrides: dict[str, Any] | None
+) -> tuple[CandidateConfig, pd.DataFrame]:
     """The accepted run's resolved candidate (with `overrides`) and its `candidate` arm's trials."""
     with tempfile.TemporaryDirectory(prefix="inferopt-accepted-") as tmp:
         resolved = json.loads(Path(client.download_artifacts(run_id, "candidate.resolved.json", tmp)).read_text())
         for dotted, value in (overrides or {}).items():
             _set_dotted(resolved, dotted, value)
         cfg = trial_config(resolved)
-        children = client.search_runs([client.get_run(run_id).info.experiment_id],
-                                      filter_string=f"tags.mlflow.parentRunId = '{run_id}' and tags.`inferopt.child` = '{ABLATE_CHILD}'")
+        children = client.search_runs(
+            [client.get_run(run_id).info.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{run_id}' and tags.`inferopt.child` = '{ABLATE_CHILD}'",
+        )
         if not children:
             raise LookupError(f"accepted run {run_id} has no {ABLATE_CHILD} child run: nothing to compare with")
         child = children[0].info.run_id
@@ -128,9 +146,14 @@ def load_accepted(client: MlflowClient, run_id: str, overrides: dict[str, Any] |
 
 
 @flow(name="nightly", log_prints=False, validate_parameters=True)
-def nightly(accepted_run_id: str | None = None, repeats: int | None = None, tolerance: float = 0.05,
-            alpha: float = 0.05, overrides: dict[str, Any] | None = None,
-            experiment: str = DEFAULT_EXPERIMENT) -> dict[str, Any]:
+def nightly(
+    accepted_run_id: str | None = None,
+    repeats: int | None = None,
+    tolerance: float = 0.05,
+    alpha: float = 0.05,
+    overrides: dict[str, Any] | None = None,
+    experiment: str = DEFAULT_EXPERIMENT,
+) -> dict[str, Any]:
     """Re-measure the production configuration (the run tagged inferopt.accepted=true, or `accepted_run_id`)
     `repeats` times (default: as many as it was accepted with) and compare it with its accepted trials."""
     client = MlflowClient(tracking_uri=tracking_uri())
@@ -143,10 +166,19 @@ def nightly(accepted_run_id: str | None = None, repeats: int | None = None, tole
     tracker = Tracker.start(run_name=f"nightly-{cfg.name}", experiment=experiment, tags=tags)
     print(f"[nightly] production = run {run_id} ({cfg.name}); MLflow run {tracker.parent_run_id}", flush=True)
     try:
-        tracker.params({"accepted_run": run_id, "repeats": n, "tolerance": tolerance, "alpha": alpha,
-                        "system": cfg.candidate_system.model_dump(mode="json"), "workload": cfg.workload.name})
-        runs, window = run_arm_trials(cfg, "candidate", tracker.dir_for("tonight"), run_tag=tracker.parent_run_id,
-                                      repeats=n)
+        tracker.params(
+            {
+                "accepted_run": run_id,
+                "repeats": n,
+                "tolerance": tolerance,
+                "alpha": alpha,
+                "system": cfg.candidate_system.model_dump(mode="json"),
+                "workload": cfg.workload.name,
+            }
+        )
+        runs, window = run_arm_trials(
+            cfg, "candidate", tracker.dir_for("tonight"), run_tag=tracker.parent_run_id, repeats=n
+        )
         for r in runs:
             if not r.failed:
                 tracker.metrics(headline(r.phases, r.duration_s), step=r.tags.trial)
@@ -155,20 +187,39 @@ def nightly(accepted_run_id: str | None = None, repeats: int | None = None, tole
             tracker.table(check.effects, "effects.parquet")
             for e in check.effects.itertuples():
                 tracker.metrics({f"{e.metric}.ratio": e.ratio, f"{e.metric}.p_value": e.p_value})
-        tracker.metrics({"regression": float(check.regressed), "pairs": float(check.n_pairs),
-                         "failed_share_tonight": check.failed_share_tonight})
-        tracker.json({"regressed": check.regressed, "reasons": check.reasons, "notes": check.notes,
-                      "accepted_run": run_id, "window": vars(window)}, "nightly.json")
-        tracker.tags({"inferopt.regression": str(check.regressed).lower(),
-                      "inferopt.regression_reasons": "\n".join(check.reasons) or "none"})
+        tracker.metrics(
+            {
+                "regression": float(check.regressed),
+                "pairs": float(check.n_pairs),
+                "failed_share_tonight": check.failed_share_tonight,
+            }
+        )
+        tracker.json(
+            {
+                "regressed": check.regressed,
+                "reasons": check.reasons,
+                "notes": check.notes,
+                "accepted_run": run_id,
+                "window": vars(window),
+            },
+            "nightly.json",
+        )
+        tracker.tags(
+            {
+                "inferopt.regression": str(check.regressed).lower(),
+                "inferopt.regression_reasons": "\n".join(check.reasons) or "none",
+            }
+        )
     except BaseException:
         tracker.tags({"inferopt.regression": "error"})
         tracker.finish(status="FAILED")
         raise
     if check.regressed:
         tracker.finish(status="FAILED")
-        raise NightlyRegression(f"REGRESSION of production ({cfg.name}, accepted run {run_id}) in MLflow run "
-                                f"{tracker.parent_run_id}:\n  " + "\n  ".join(check.reasons))
+        raise NightlyRegression(
+            f"REGRESSION of production ({cfg.name}, accepted run {run_id}) in MLflow run "
+            f"{tracker.parent_run_id}:\n  " + "\n  ".join(check.reasons)
+        )
     tracker.finish()
     print(f"[nightly] no regression beyond noise ({check.n_pairs} pairs, tolerance {tolerance:.0%})", flush=True)
     return {"run_id": tracker.parent_run_id, "accepted_run": run_id, "regressed": False, "pairs": check.n_pairs}
@@ -177,7 +228,9 @@ def nightly(accepted_run_id: str | None = None, repeats: int | None = None, tole
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Nightly regression check of the accepted production configuration.")
     parser.add_argument("--accept", metavar="RUN_ID", help="promote an optimize run (verdict accept) to production")
-    parser.add_argument("--reason", default="", help="with --accept: why a run whose verdict is not accept is production")
+    parser.add_argument(
+        "--reason", default="", help="with --accept: why a run whose verdict is not accept is production"
+    )
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
     parser.add_argument("--serve", action="store_true", help="serve deployment nightly/nightly")
     parser.add_argument("--cron", default="0 2 * * *", help="with --serve: the schedule (UTC)")
@@ -193,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         from prefect.schedules import Cron
 
-        nightly.serve(name="nightly", schedule=Cron(args.cron, timezone="UTC"),
-                      parameters={"experiment": args.experiment})
+        nightly.serve(
+            name="nightly", schedule=Cron(args.cron, timezone="UTC"), parameters={"experiment": args.experiment}
+        )
         return 0
     try:
         result = nightly(experiment=args.experiment)

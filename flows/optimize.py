@@ -5,7 +5,7 @@
     prefect deployment run optimize/candidate -p candidate=configs/candidates/sdpa.yaml --watch
 
 measure -> locate -> choose -> ablate -> validate -> gate -> verdict. The config is validated before any
-model loads, and so are the benchmark cheats a config shows (SPEC V4, `inferopt.lint`): a refused config
+model loads, and so are the benchmark cheats a config shows (SPEC V4, `inferopt.verdict.lint`): a refused config
 stops like a config error unless `lint.allow` opts in, which is recorded and flags the verdict. Every step is
 a Prefect task wrapping a pure function of `inferopt`.
 """
@@ -27,7 +27,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the op profile in locate: no U
 from prefect import flow, task  # noqa: E402
 
 from inferopt.config import CandidateConfig, load_config  # noqa: E402
-from inferopt.lint import CheatRefused, refuse_cheats  # noqa: E402
+from inferopt.verdict.lint import CheatRefused, refuse_cheats  # noqa: E402
 from tasks.ablate import ablate_task  # noqa: E402
 from tasks.gate import gate_task  # noqa: E402
 from tasks.locate import choose_task, locate_task  # noqa: E402
@@ -48,23 +48,36 @@ def load_candidate(candidate: str, overrides: dict[str, Any] | None = None) -> C
 
 
 @flow(name="optimize", log_prints=False, validate_parameters=True)  # step progress to stdout
-def optimize(candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | None = None,
-             experiment: str = "inferopt") -> dict[str, Any]:
+def optimize(
+    candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | None = None, experiment: str = "inferopt"
+) -> dict[str, Any]:
     """Judge one candidate optimization. `candidate` is a YAML path (relative to the working directory);
     `overrides` sets dotted fields, e.g. {"workload.num_requests": 16}."""
     cfg = load_candidate(candidate, overrides)
-    tracker = Tracker.start(run_name=cfg.name, experiment=experiment,
-                            tags={"inferopt.candidate": cfg.name, "inferopt.config_path": str(candidate)})
+    tracker = Tracker.start(
+        run_name=cfg.name,
+        experiment=experiment,
+        tags={"inferopt.candidate": cfg.name, "inferopt.config_path": str(candidate)},
+    )
     print(f"[optimize] MLflow run {tracker.parent_run_id}; results in {tracker.results_dir}")
     progress = Progress(total=6)  # one line per step with the elapsed time
     report = None
     try:
-        tracker.params({"candidate": cfg.name, "changes": cfg.changes, "workload": cfg.workload.model_dump(mode="json"),
-                        "slo": cfg.slo.model_dump(mode="json"), "hardware": cfg.hardware.name,
-                        "baseline": cfg.baseline.model_dump(mode="json")})
+        tracker.params(
+            {
+                "candidate": cfg.name,
+                "changes": cfg.changes,
+                "workload": cfg.workload.model_dump(mode="json"),
+                "slo": cfg.slo.model_dump(mode="json"),
+                "hardware": cfg.hardware.name,
+                "baseline": cfg.baseline.model_dump(mode="json"),
+            }
+        )
         tracker.json(cfg.model_dump(mode="json"), "candidate.resolved.json")
         if cfg.lint.allow:  # the documented override of the cheat lint: on the run from the start
-            tracker.tags({"inferopt.lint.allow": ",".join(cfg.lint.allow), "inferopt.lint.allow_reason": cfg.lint.reason})
+            tracker.tags(
+                {"inferopt.lint.allow": ",".join(cfg.lint.allow), "inferopt.lint.allow_reason": cfg.lint.reason}
+            )
         tracker.file(candidate)
         progress.step("measure")
         measured = measure_task(cfg, tracker)
@@ -89,15 +102,26 @@ def optimize(candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | Non
         tracker.finish(status="FAILED")
         raise
     tracker.finish()
-    return {"run_id": tracker.parent_run_id, "decision": verdict.decision, "reasons": verdict.reasons,
-            "warnings": verdict.warnings, "results_dir": str(tracker.results_dir), "report": str(report)}
+    return {
+        "run_id": tracker.parent_run_id,
+        "decision": verdict.decision,
+        "reasons": verdict.reasons,
+        "warnings": verdict.warnings,
+        "results_dir": str(tracker.results_dir),
+        "report": str(report),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Judge a candidate serving optimization (six steps).")
     parser.add_argument("candidate", nargs="?", default=DEFAULT_CANDIDATE, help="candidate YAML")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a dotted field (YAML value), e.g. --set workload.num_requests=16")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a dotted field (YAML value), e.g. --set workload.num_requests=16",
+    )
     parser.add_argument("--serve", action="store_true", help="serve the optimize/candidate deployment")
     parser.add_argument("--cron", default=None, help="with --serve: a cron schedule, e.g. '0 2 * * *'")
     args = parser.parse_args(argv)
@@ -124,8 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     result = optimize(candidate=args.candidate, overrides=overrides or None)
-    print(json.dumps({"decision": result["decision"], "mlflow_run_id": result["run_id"],
-                      "results_dir": result["results_dir"]}))
+    print(
+        json.dumps(
+            {"decision": result["decision"], "mlflow_run_id": result["run_id"], "results_dir": result["results_dir"]}
+        )
+    )
     print(f"\nVERDICT: {result['decision'].upper()}  (MLflow run {result['run_id']})")
     for line in result["reasons"]:
         print(f"  {line}")

@@ -35,17 +35,17 @@ def now_s() -> float:
 class ServerTimings:
     """What the engine itself saw for one request (server side). None = that phase never happened."""
 
-    arrival_s: float | None = None         # engine received the request
-    admitted_s: float | None = None        # left the queue: picked into a batch
-    context_ready_s: float | None = None   # prompt tokenized / context assembled (C_context ends)
+    arrival_s: float | None = None  # engine received the request
+    admitted_s: float | None = None  # left the queue: picked into a batch
+    context_ready_s: float | None = None  # prompt tokenized / context assembled (C_context ends)
     prefill_start_s: float | None = None
-    prefill_end_s: float | None = None     # prefill forward done (logits for the first token exist)
+    prefill_end_s: float | None = None  # prefill forward done (logits for the first token exist)
     token_s: list[float] = field(default_factory=list)  # emission time of each output token
     done_s: float | None = None
-    cached_tokens: int = 0                 # prompt tokens served from a prefix cache
+    cached_tokens: int = 0  # prompt tokens served from a prefix cache
     batch_size_at_admit: int | None = None  # sequences in the batch this request joined
-    finish_reason: str | None = None       # "eos", "length", "cancelled", ...
-    spec_drafted: list[int] = field(default_factory=list)   # speculative decoding: tokens drafted per verify round
+    finish_reason: str | None = None  # "eos", "length", "cancelled", ...
+    spec_drafted: list[int] = field(default_factory=list)  # speculative decoding: tokens drafted per verify round
     spec_accepted: list[int] = field(default_factory=list)  # ... and accepted by the target, per round
 
 
@@ -63,13 +63,15 @@ class RequestRecord:
     priority: int = 0
     prefix_group: int = -1
     # client side
-    intended_s: float = 0.0                # when the open-loop schedule said to send
-    sent_s: float | None = None            # when the request actually left the client (HTTP: headers written)
+    intended_s: float = 0.0  # when the open-loop schedule said to send
+    sent_s: float | None = None  # when the request actually left the client (HTTP: headers written)
     client_token_s: list[float] = field(default_factory=list)  # receive time of each token
-    client_chunk_s: list[float] = field(default_factory=list)  # receive time of each chunk (one may hold several tokens)
+    client_chunk_s: list[float] = field(
+        default_factory=list
+    )  # receive time of each chunk (one may hold several tokens)
     client_chunk_tokens: list[int] = field(default_factory=list)  # tokens in each chunk (same length as client_chunk_s)
     client_done_s: float | None = None
-    external_s: float = 0.0                # T_external: tool calls / transport the client spent outside the engine
+    external_s: float = 0.0  # T_external: tool calls / transport the client spent outside the engine
     output_len: int = 0
     # server side
     arrival_s: float | None = None
@@ -82,7 +84,7 @@ class RequestRecord:
     cached_tokens: int = 0
     batch_size_at_admit: int | None = None
     finish_reason: str | None = None
-    spec_drafted: list[int] = field(default_factory=list)   # speculative decoding, per verify round (else empty)
+    spec_drafted: list[int] = field(default_factory=list)  # speculative decoding, per verify round (else empty)
     spec_accepted: list[int] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)
     # context of the run (set by whoever runs it)
@@ -90,7 +92,7 @@ class RequestRecord:
     arm: str = ""
     trial: int = 0
     scenario: str = ""
-    warmup: bool = False                   # warm-up requests are recorded but excluded from metrics
+    warmup: bool = False  # warm-up requests are recorded but excluded from metrics
 
     def with_server(self, server: ServerTimings) -> "RequestRecord":
         for f in fields(ServerTimings):
@@ -177,8 +179,15 @@ def read_records(path: str | Path) -> list[RequestRecord]:
     return out
 
 
-_LIST_COLUMNS = ("client_token_s", "client_chunk_s", "client_chunk_tokens", "token_s", "output_token_ids",
-                 "spec_drafted", "spec_accepted")
+_LIST_COLUMNS = (
+    "client_token_s",
+    "client_chunk_s",
+    "client_chunk_tokens",
+    "token_s",
+    "output_token_ids",
+    "spec_drafted",
+    "spec_accepted",
+)
 
 
 def records_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
@@ -199,8 +208,14 @@ def records_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
         d["spec_accepted_tokens"] = sum(r.spec_accepted)
         rows.append(d)
     columns = [f.name for f in fields(RequestRecord) if f.name not in _LIST_COLUMNS] + [
-        "first_token_s", "last_token_s", "client_first_token_s", "client_last_token_s", "n_client_tokens",
-        "n_client_chunks", "spec_rounds", "spec_accepted_tokens",
+        "first_token_s",
+        "last_token_s",
+        "client_first_token_s",
+        "client_last_token_s",
+        "n_client_tokens",
+        "n_client_chunks",
+        "spec_rounds",
+        "spec_accepted_tokens",
     ]
     return pd.DataFrame(rows, columns=columns)
 
@@ -211,10 +226,18 @@ def tokens_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
     for r in records:
         n = max(len(r.token_s), len(r.client_token_s))
         for i in range(n):
-            rows.append({
-                "request_id": r.request_id, "arm": r.arm, "trial": r.trial, "scenario": r.scenario, "index": i,
-                "token_id": r.output_token_ids[i] if i < len(r.output_token_ids) else None,
-                "server_s": r.token_s[i] if i < len(r.token_s) else None,
-                "client_s": r.client_token_s[i] if i < len(r.client_token_s) else None,
-            })
-    return pd.DataFrame(rows, columns=["request_id", "arm", "trial", "scenario", "index", "token_id", "server_s", "client_s"])
+            rows.append(
+                {
+                    "request_id": r.request_id,
+                    "arm": r.arm,
+                    "trial": r.trial,
+                    "scenario": r.scenario,
+                    "index": i,
+                    "token_id": r.output_token_ids[i] if i < len(r.output_token_ids) else None,
+                    "server_s": r.token_s[i] if i < len(r.token_s) else None,
+                    "client_s": r.client_token_s[i] if i < len(r.client_token_s) else None,
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["request_id", "arm", "trial", "scenario", "index", "token_id", "server_s", "client_s"]
+    )

@@ -39,8 +39,15 @@ def chromium_binary() -> str | None:
     return None
 
 
-def screenshot(url: str, out: Path, width: int = 1400, height: int = 3000, budget_ms: int = 0,
-               timeout_s: float = 120.0, stop_ms: int = 0) -> Path:
+def screenshot(
+    url: str,
+    out: Path,
+    width: int = 1400,
+    height: int = 3000,
+    budget_ms: int = 0,
+    timeout_s: float = 120.0,
+    stop_ms: int = 0,
+) -> Path:
     """One headless Chromium screenshot of `url` into `out` (PNG)."""
     binary = chromium_binary()
     if binary is None:
@@ -48,8 +55,15 @@ def screenshot(url: str, out: Path, width: int = 1400, height: int = 3000, budge
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():
         out.unlink()
-    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-           f"--window-size={width},{height}", f"--screenshot={out}"]
+    cmd = [
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--window-size={width},{height}",
+        f"--screenshot={out}",
+    ]
     if budget_ms:  # a JS app: let it run; --timeout stops a page whose requests never settle (MLflow polls)
         cmd += [f"--virtual-time-budget={budget_ms}", f"--timeout={budget_ms + 15000}"]
     elif stop_ms:
@@ -76,8 +90,7 @@ def blankness(png: Path) -> dict[str, float]:
     colours = small.getcolors(maxcolors=1 << 20) or []
     total = small.width * small.height
     top = max(colours)[0] if colours else total
-    return {"width": im.width, "height": im.height, "non_background_share": 1.0 - top / total,
-            "colours": len(colours)}
+    return {"width": im.width, "height": im.height, "non_background_share": 1.0 - top / total, "colours": len(colours)}
 
 
 def non_blank(stats: dict[str, float], min_share: float = 0.02, min_colours: int = 16) -> bool:
@@ -121,9 +134,25 @@ class MlflowServer:
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.uri, "--host", "127.0.0.1",
-                 "--port", str(self.port), "--workers", "1"],
-                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "mlflow",
+                    "server",
+                    "--backend-store-uri",
+                    self.uri,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    "1",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -208,8 +237,9 @@ def main(argv: list[str] | None = None) -> int:
                 t_shot = time.monotonic()
                 for attempt in (1, 2):
                     try:
-                        shots[name] = screenshot(url, out / f"{name}.png", height=1600, budget_ms=args.budget_ms,
-                                                 timeout_s=90)
+                        shots[name] = screenshot(
+                            url, out / f"{name}.png", height=1600, budget_ms=args.budget_ms, timeout_s=90
+                        )
                         seconds[name] = round(time.monotonic() - t_shot, 1)
                         break
                     except Exception as exc:  # noqa: BLE001 - reported in the JSON line, exit status 1
@@ -219,13 +249,27 @@ def main(argv: list[str] | None = None) -> int:
     blank = [name for name, s in stats.items() if not non_blank(s)]
     ok = not errors and not blank
     for name, p in shots.items():
-        print(f"{name}: {p}  {stats[name]['width']}x{stats[name]['height']}, "
-              f"{stats[name]['non_background_share']:.1%} non-background{'  BLANK' if name in blank else ''}")
+        print(
+            f"{name}: {p}  {stats[name]['width']}x{stats[name]['height']}, "
+            f"{stats[name]['non_background_share']:.1%} non-background{'  BLANK' if name in blank else ''}"
+        )
     for e in errors:
         print(f"ERROR {e}", file=sys.stderr)
-    print(json.dumps({"ok": ok, "run_id": run_dir.name, "screenshots": {k: str(v) for k, v in shots.items()},
-                      "stats": stats, "blank": blank, "errors": errors, "mlflow": mlflow_info, "seconds": seconds,
-                      "wall_s": round(time.monotonic() - t0, 1)}))
+    print(
+        json.dumps(
+            {
+                "ok": ok,
+                "run_id": run_dir.name,
+                "screenshots": {k: str(v) for k, v in shots.items()},
+                "stats": stats,
+                "blank": blank,
+                "errors": errors,
+                "mlflow": mlflow_info,
+                "seconds": seconds,
+                "wall_s": round(time.monotonic() - t0, 1),
+            }
+        )
+    )
     return 0 if ok else 1
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-time (idempotent) install of nginx, the load balancer the node-failure validation scenario puts in
-# front of its engine replicas (inferopt/validation/loadbalancer.py writes its config into a temp dir and
+# front of its engine replicas (inferopt/validate/loadbalancer.py writes its config into a temp dir and
 # runs it on 127.0.0.1 only; the system's own nginx service is never started or configured).
 #
 # What this does: nothing if an nginx binary is already on PATH or in /usr/sbin; else, where apt-get exists

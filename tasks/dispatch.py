@@ -11,7 +11,7 @@ naming each such arm's flow run and state (the optimize flow run fails), rather 
 Each arm's MLflow child run (`arm-<name>`) is created here, under the parent, before submission, so the
 worker logs into the same run the parent later finishes.
 
-Deliberately not here: running trials (the arm flow) and statistics (`inferopt.ablation.run`).
+Deliberately not here: running trials (the arm flow) and statistics (`inferopt.ablate.run`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from inferopt.ablation.dispatch import TRIAL_SECTIONS, PrecomputedTrials
-from inferopt.ablation.plan import plan_arms
+from inferopt.ablate.dispatch import TRIAL_SECTIONS, PrecomputedTrials
+from inferopt.ablate.plan import plan_arms
 from inferopt.config import CandidateConfig
 from tasks.tracking import Tracker
 
@@ -40,26 +40,44 @@ def run_arms_on_workers(candidate: CandidateConfig, tracker: Tracker, poll_s: fl
 
     settings = candidate.ablation
     config = {k: v for k, v in candidate.model_dump(mode="json").items() if k in TRIAL_SECTIONS}
-    submitted: dict[str, tuple[str, str]] = {}   # arm -> (flow run id, mlflow arm run id)
+    submitted: dict[str, tuple[str, str]] = {}  # arm -> (flow run id, mlflow arm run id)
     for arm in plan_arms(candidate):
-        arm_run = tracker.child(f"arm-{arm.name}", tags={"inferopt.step": "ablate", "inferopt.arm": arm.name,
-                                                         "inferopt.dispatch": "workers"})
-        fr = run_deployment(settings.arm_deployment, timeout=0, flow_run_name=f"{candidate.name}:{arm.name}",
-                            parameters={"config": config, "arm": arm.name, "parent_run_id": tracker.parent_run_id,
-                                        "arm_run_id": arm_run, "tracking_uri": tracker.uri})
+        arm_run = tracker.child(
+            f"arm-{arm.name}",
+            tags={"inferopt.step": "ablate", "inferopt.arm": arm.name, "inferopt.dispatch": "workers"},
+        )
+        fr = run_deployment(
+            settings.arm_deployment,
+            timeout=0,
+            flow_run_name=f"{candidate.name}:{arm.name}",
+            parameters={
+                "config": config,
+                "arm": arm.name,
+                "parent_run_id": tracker.parent_run_id,
+                "arm_run_id": arm_run,
+                "tracking_uri": tracker.uri,
+            },
+        )
         submitted[arm.name] = (str(fr.id), arm_run)
         tracker.tags({"inferopt.prefect_flow_run": str(fr.id)}, f"arm-{arm.name}")
         print(f"[ablate] arm {arm.name}: submitted to {settings.arm_deployment} as flow run {fr.id}", flush=True)
 
     deadline = time.monotonic() + settings.dispatch_timeout_s
-    final: dict[str, str] = {}                   # arm -> final state type name
+    final: dict[str, str] = {}  # arm -> final state type name
     messages: dict[str, str] = {}
     with get_client(sync_client=True) as client:
         pool = client.read_deployment_by_name(settings.arm_deployment).work_pool_name
-        online = [w for w in client.read_workers_for_work_pool(pool) if str(w.status).upper().endswith("ONLINE")] if pool else []
+        online = (
+            [w for w in client.read_workers_for_work_pool(pool) if str(w.status).upper().endswith("ONLINE")]
+            if pool
+            else []
+        )
         if not online:  # the runs wait in the pool until a worker comes, or until dispatch_timeout_s
-            print(f"[ablate] WARNING: no worker online in work pool {pool!r}; start one per node: "
-                  f"prefect worker start --pool {pool} --limit 1", flush=True)
+            print(
+                f"[ablate] WARNING: no worker online in work pool {pool!r}; start one per node: "
+                f"prefect worker start --pool {pool} --limit 1",
+                flush=True,
+            )
         while len(final) < len(submitted):
             for name, (fr_id, _) in submitted.items():
                 if name in final:
@@ -72,10 +90,13 @@ def run_arms_on_workers(candidate: CandidateConfig, tracker: Tracker, poll_s: fl
             if len(final) < len(submitted) and time.monotonic() > deadline:
                 for name, (fr_id, _) in submitted.items():
                     if name not in final:
-                        client.set_flow_run_state(fr_id, Cancelling(message="inferopt: dispatch_timeout_s passed"),
-                                                  force=True)
+                        client.set_flow_run_state(
+                            fr_id, Cancelling(message="inferopt: dispatch_timeout_s passed"), force=True
+                        )
                         final[name] = "TIMEOUT"
-                        messages[name] = f"not final after dispatch_timeout_s = {settings.dispatch_timeout_s:g} s (cancelled)"
+                        messages[name] = (
+                            f"not final after dispatch_timeout_s = {settings.dispatch_timeout_s:g} s (cancelled)"
+                        )
                 break
             time.sleep(poll_s)
 
@@ -95,7 +116,9 @@ def run_arms_on_workers(candidate: CandidateConfig, tracker: Tracker, poll_s: fl
         for name, why in missing.items():
             tracker.tags({"inferopt.dispatch_error": why}, f"arm-{name}")
             tracker.finish(f"arm-{name}", status="FAILED")
-        raise ArmDispatchError("arms that did not come back from the workers (infrastructure, not evidence about "
-                               "the option; the finished arms' trials are in their MLflow runs):\n  "
-                               + "\n  ".join(f"{n}: {w}" for n, w in missing.items()))
+        raise ArmDispatchError(
+            "arms that did not come back from the workers (infrastructure, not evidence about "
+            "the option; the finished arms' trials are in their MLflow runs):\n  "
+            + "\n  ".join(f"{n}: {w}" for n, w in missing.items())
+        )
     return PrecomputedTrials(arm_dirs)

@@ -10,9 +10,9 @@ import os
 
 from prefect import task
 
-from inferopt.analysis.locate_step import LocateResult, locate_step
-from inferopt.analysis.remedies import Choice, choose
+from inferopt.choose.remedies import Choice, choose
 from inferopt.config import CandidateConfig
+from inferopt.locate.step import LocateResult, locate_step
 from inferopt.measure.step import MeasureResult
 from inferopt.report import plots, profile_plots
 from tasks.tracking import Tracker
@@ -28,8 +28,13 @@ def profile_enabled() -> bool:
 @task(name="locate", task_run_name="locate the bottleneck")
 def locate_task(candidate: CandidateConfig, measured: MeasureResult, tracker: Tracker) -> LocateResult:
     tracker.child(LOCATE, tags={"inferopt.step": "locate"})
-    result = locate_step(candidate, measured.phases, profile=profile_enabled(), server_metrics=measured.run.server_metrics,
-                         engine_info=measured.run.engine_info)
+    result = locate_step(
+        candidate,
+        measured.phases,
+        profile=profile_enabled(),
+        server_metrics=measured.run.server_metrics,
+        engine_info=measured.run.engine_info,
+    )
     tracker.params({"hardware": result.hardware.to_dict()}, LOCATE)
     log_profile(result, tracker)
     v = result.verdict
@@ -44,10 +49,24 @@ def locate_task(candidate: CandidateConfig, measured: MeasureResult, tracker: Tr
             tracker.table(result.kv_vllm, "kv_capacity_vllm.parquet", LOCATE)
         if len(result.measured):
             tracker.table(result.measured, "roofline_measured.parquet", LOCATE)
-            tracker.metrics({f"{r.phase}.{k}": getattr(r, k) for r in result.measured.itertuples()
-                             for k in ("mfu", "mbu", "measured_ms", "roofline_min_ms")}, LOCATE)
-        tracker.figure(plots.roofline(result.roofline, result.hardware.peak_flops_per_s,
-                                      result.hardware.mem_bandwidth_bytes_per_s, result.measured), "roofline.png", LOCATE)
+            tracker.metrics(
+                {
+                    f"{r.phase}.{k}": getattr(r, k)
+                    for r in result.measured.itertuples()
+                    for k in ("mfu", "mbu", "measured_ms", "roofline_min_ms")
+                },
+                LOCATE,
+            )
+        tracker.figure(
+            plots.roofline(
+                result.roofline,
+                result.hardware.peak_flops_per_s,
+                result.hardware.mem_bandwidth_bytes_per_s,
+                result.measured,
+            ),
+            "roofline.png",
+            LOCATE,
+        )
     print(f"[locate] cause: {v.cause} (confidence {v.confidence:.2f}) — {v.rule}")
     tracker.finish(LOCATE)
     return result
@@ -55,7 +74,7 @@ def locate_task(candidate: CandidateConfig, measured: MeasureResult, tracker: Tr
 
 def log_profile(result: LocateResult, tracker: Tracker) -> None:
     """The op breakdown (table, top ops, settings and resources, stacked-bar figure) on the locate run."""
-    from inferopt.analysis.profile import PHASES, category_share, host_share
+    from inferopt.locate.profile import PHASES, category_share, host_share
 
     if result.profile_error:
         tracker.tags({"inferopt.profile_error": result.profile_error[:4000]}, LOCATE)
@@ -74,9 +93,13 @@ def log_profile(result: LocateResult, tracker: Tracker) -> None:
     metrics.update({f"profile.resources.{k}": v for k, v in prof.resources.items() if isinstance(v, (int, float))})
     tracker.metrics(metrics, LOCATE)
     s = prof.settings
-    tracker.figure(profile_plots.op_breakdown(
-        prof.ops, f"{s['system']}: prefill {s['prompt_len']} tok x {s['batch']}, {s['decode_steps']} decode steps"),
-        "op_breakdown.png", LOCATE)
+    tracker.figure(
+        profile_plots.op_breakdown(
+            prof.ops, f"{s['system']}: prefill {s['prompt_len']} tok x {s['batch']}, {s['decode_steps']} decode steps"
+        ),
+        "op_breakdown.png",
+        LOCATE,
+    )
 
 
 @task(name="choose", task_run_name="choose: does the candidate match the cause?")
@@ -84,8 +107,13 @@ def choose_task(candidate: CandidateConfig, located: LocateResult, tracker: Trac
     tracker.child(CHOOSE, tags={"inferopt.step": "choose"})
     choice = choose(located.verdict.cause, dict(candidate.changes))
     tracker.json(choice.to_dict(), "choice.json", CHOOSE)
-    tracker.tags({"inferopt.matches_cause": str(choice.matches),
-                  "inferopt.quality_gate_required": str(choice.quality_gate_required)}, CHOOSE)
+    tracker.tags(
+        {
+            "inferopt.matches_cause": str(choice.matches),
+            "inferopt.quality_gate_required": str(choice.quality_gate_required),
+        },
+        CHOOSE,
+    )
     if choice.warning:
         tracker.tags({"inferopt.warning": choice.warning[:4000]}, CHOOSE)
         print(f"[choose] WARNING: {choice.warning}")

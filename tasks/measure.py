@@ -20,9 +20,18 @@ def measure_task(candidate: CandidateConfig, tracker: Tracker) -> MeasureResult:
     tracker.metrics(result.headline, STEP)
     tracker.metrics({f"decomposition.{k}": float(v) for k, v in result.decomposition.items()}, STEP)
     tracker.metrics({f"resources.{k}": v for k, v in result.resources.items() if isinstance(v, (int, float))}, STEP)
-    tracker.json({"engine": result.run.engine_info, "server_metrics_delta": result.run.server_metrics,
-                  "warmup_requests_excluded": result.run.warmup_declared, "decomposition": result.decomposition,
-                  "slice_edges": result.edges.__dict__, "resources": result.resources}, "measure.json", STEP)
+    tracker.json(
+        {
+            "engine": result.run.engine_info,
+            "server_metrics_delta": result.run.server_metrics,
+            "warmup_requests_excluded": result.run.warmup_declared,
+            "decomposition": result.decomposition,
+            "slice_edges": result.edges.__dict__,
+            "resources": result.resources,
+        },
+        "measure.json",
+        STEP,
+    )
     tracker.table(result.workload, "workload.parquet", STEP)
     tracker.table(result.phases, "phases.parquet", STEP)
     tracker.table(result.summary, "summary.parquet", STEP)

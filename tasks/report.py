@@ -61,11 +61,11 @@ def report_after_failure(tracker: Tracker) -> Path | None:
 class Progress:
     """One line per step on stdout: which step starts, how long the previous one took, time since the start.
 
-        progress = Progress(total=6)
-        progress.step("measure")   # [optimize +0.0 s] step 1/6 measure
-        ...
-        progress.step("locate")    # [optimize +12.3 s] step 2/6 locate (measure took 12.3 s)
-        progress.done()            # [optimize +95.0 s] done (gate took 20.1 s)
+    progress = Progress(total=6)
+    progress.step("measure")   # [optimize +0.0 s] step 1/6 measure
+    ...
+    progress.step("locate")    # [optimize +12.3 s] step 2/6 locate (measure took 12.3 s)
+    progress.done()            # [optimize +95.0 s] done (gate took 20.1 s)
     """
 
     def __init__(self, total: int = 6, prefix: str = "optimize") -> None:

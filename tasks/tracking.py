@@ -70,8 +70,13 @@ class Tracker:
         return self.results_root / self.parent_run_id
 
     @classmethod
-    def start(cls, run_name: str, experiment: str = DEFAULT_EXPERIMENT, tags: dict[str, str] | None = None,
-              results_root: str | Path | None = None) -> "Tracker":
+    def start(
+        cls,
+        run_name: str,
+        experiment: str = DEFAULT_EXPERIMENT,
+        tags: dict[str, str] | None = None,
+        results_root: str | Path | None = None,
+    ) -> "Tracker":
         """Create the parent run; files go under `results_root` (default $INFEROPT_RESULTS or ./results)."""
         results_root = results_root or os.environ.get("INFEROPT_RESULTS", "results")
         uri = tracking_uri()
@@ -87,8 +92,11 @@ class Tracker:
     def child(self, name: str, tags: dict[str, str] | None = None) -> str:
         """The child run for a step or arm (created once, then reused)."""
         if name not in self.children:
-            run = self.client.create_run(self.experiment_id, run_name=name, tags={
-                "mlflow.parentRunId": self.parent_run_id, "inferopt.child": name, **(tags or {})})
+            run = self.client.create_run(
+                self.experiment_id,
+                run_name=name,
+                tags={"mlflow.parentRunId": self.parent_run_id, "inferopt.child": name, **(tags or {})},
+            )
             self.children[name] = run.info.run_id
         return self.children[name]
 
@@ -108,16 +116,19 @@ class Tracker:
         flat = flatten(values)
         params = [Param(k[:250], str(v)[:6000]) for k, v in flat.items()]
         for i in range(0, len(params), 90):
-            self.client.log_batch(self._run(name), params=params[i:i + 90])
+            self.client.log_batch(self._run(name), params=params[i : i + 90])
 
     def metrics(self, values: dict[str, float], name: str | None = None, step: int = 0) -> None:
         import time
 
         ts = int(time.time() * 1000)
-        ms = [Metric(metric_key(k), float(v), ts, step) for k, v in values.items()
-              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))]
+        ms = [
+            Metric(metric_key(k), float(v), ts, step)
+            for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+        ]
         for i in range(0, len(ms), 500):
-            self.client.log_batch(self._run(name), metrics=ms[i:i + 500])
+            self.client.log_batch(self._run(name), metrics=ms[i : i + 500])
 
     def tags(self, values: dict[str, str], name: str | None = None) -> None:
         self.client.log_batch(self._run(name), tags=[RunTag(k, str(v)[:5000]) for k, v in values.items()])
@@ -129,7 +140,9 @@ class Tracker:
         df = df.copy()
         for col in df.columns:
             if df[col].dtype == object:
-                df[col] = df[col].map(lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, default=str))
+                df[col] = df[col].map(
+                    lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else json.dumps(v, default=str)
+                )
         df.to_parquet(path, index=False)
         self.client.log_artifact(self._run(name), str(path))
         if len(df) <= 5000:

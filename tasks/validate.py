@@ -7,7 +7,7 @@ from prefect import task
 
 from inferopt.config import CandidateConfig
 from inferopt.report import plots
-from inferopt.validation.scenarios import ScenarioResult, scenario_table, validate
+from inferopt.validate.scenarios import ScenarioResult, scenario_table, validate
 from tasks.tracking import Tracker, log_records, metric_key
 
 STEP = "5-validate"
@@ -17,23 +17,45 @@ STEP = "5-validate"
 def validate_task(candidate: CandidateConfig, tracker: Tracker, arm: str = "candidate") -> list[ScenarioResult]:
     tracker.child(STEP, tags={"inferopt.step": "validate", "inferopt.arm": arm})
     system = candidate.candidate_system if arm == "candidate" else candidate.baseline
-    tracker.params({"arm": arm, "slo": candidate.slo.model_dump(mode="json"),
-                    "scenarios": [s.model_dump(mode="json") for s in candidate.validation.scenarios],
-                    "fairness": candidate.validation.fairness.model_dump(mode="json")}, STEP)
-    results = validate(system, candidate.workload, candidate.validation.scenarios, candidate.slo, tracker.dir_for(STEP),
-                       arm=arm, run_tag=tracker.parent_run_id, warmup_requests=candidate.measure.warmup_requests,
-                       fairness=candidate.validation.fairness)
+    tracker.params(
+        {
+            "arm": arm,
+            "slo": candidate.slo.model_dump(mode="json"),
+            "scenarios": [s.model_dump(mode="json") for s in candidate.validation.scenarios],
+            "fairness": candidate.validation.fairness.model_dump(mode="json"),
+        },
+        STEP,
+    )
+    results = validate(
+        system,
+        candidate.workload,
+        candidate.validation.scenarios,
+        candidate.slo,
+        tracker.dir_for(STEP),
+        arm=arm,
+        run_tag=tracker.parent_run_id,
+        warmup_requests=candidate.measure.warmup_requests,
+        fairness=candidate.validation.fairness,
+    )
     table = scenario_table(results)
     tracker.table(table, "scenarios.parquet", STEP)
     verdicts = {}
     for r in results:
         name = r.scenario.name
-        tracker.metrics({metric_key(f"{name}.{k}"): v for k, v in r.metrics.items()} | {metric_key(f"{name}.passed"): float(r.passed)}, STEP)
-        for tname, t in r.tables.items():   # fairness, queue growth, attempts, failure segments, ...
+        tracker.metrics(
+            {metric_key(f"{name}.{k}"): v for k, v in r.metrics.items()}
+            | {metric_key(f"{name}.passed"): float(r.passed)},
+            STEP,
+        )
+        for tname, t in r.tables.items():  # fairness, queue growth, attempts, failure segments, ...
             if len(t):
                 tracker.table(t, f"{name}.{tname}.parquet", STEP)
-        verdicts[name] = {"kind": r.scenario.kind, "passed": r.passed, "reasons": r.reasons,
-                          "starved": r.fairness.starved if r.fairness else []}
+        verdicts[name] = {
+            "kind": r.scenario.kind,
+            "passed": r.passed,
+            "reasons": r.reasons,
+            "starved": r.fairness.starved if r.fairness else [],
+        }
         print(f"[validate] {name} ({r.scenario.kind}): {'pass' if r.passed else 'FAIL'} — " + "; ".join(r.reasons))
     tracker.json(verdicts, "scenario_verdicts.json", STEP)
     tracker.tags({f"inferopt.scenario.{n}": "pass" if v["passed"] else "fail" for n, v in verdicts.items()}, STEP)

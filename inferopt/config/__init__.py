@@ -2,7 +2,7 @@
 (`loader.py`). Import everything from here: `from inferopt.config import CandidateConfig, load_config`."""
 
 from inferopt.config.loader import detect_kind, format_validation_error, load_config
-from inferopt.config.models import *
+from inferopt.config.models import *  # noqa: F403
 from inferopt.config.models import __all__ as _models_all
 
 __all__ = ["detect_kind", "format_validation_error", "load_config", *_models_all]

@@ -3,7 +3,7 @@ strategies measured on it, then one chosen.
 
 - `tenants`: name -> a synthetic workload whose single tenant has that name, and whether the SLO judges
   it (`interactive: true`). The tenants' requests are merged onto one arrival timeline
-  (`inferopt.validation.case_study.case_requests`), so e.g. short interactive chats and long offline jobs
+  (`inferopt.validate.case_study.case_requests`), so e.g. short interactive chats and long offline jobs
   arrive together as they would in production.
 - `strategies`: name -> either one system (`baseline` + `changes`, as a candidate writes them) or `pools`
   (pool name -> tenants + `baseline` + `changes`): a pooled deployment routed by tenant
@@ -12,7 +12,7 @@ strategies measured on it, then one chosen.
 `load_case(path)` is `load_config(path, kind="case")` (a file with `strategies` is detected as a case): the
 same file references (`workload:`, `slo:`, `baseline:` may be a relative `.yaml` path) and the same errors.
 
-Deliberately not here: building the request table, running or deciding (`inferopt.validation.case_study`).
+Deliberately not here: building the request table, running or deciding (`inferopt.validate.case_study`).
 """
 
 from __future__ import annotations
@@ -57,11 +57,13 @@ class CaseStrategy(Frozen):
     @model_validator(mode="after")
     def _one_kind(self) -> CaseStrategy:
         if (self.baseline is None) == (self.pools is None):
-            raise ValueError("give exactly one of `baseline` (one system, + `changes`) or `pools` (a pooled "
-                             "deployment routed by tenant); fix: e.g. baseline: ../systems/vllm-tiny.yaml")
+            raise ValueError(
+                "give exactly one of `baseline` (one system, + `changes`) or `pools` (a pooled "
+                "deployment routed by tenant); fix: e.g. baseline: ../systems/vllm-tiny.yaml"
+            )
         if self.pools is not None and self.changes:
             raise ValueError("`changes` goes inside each pool of a pooled strategy; fix: move it under pools.<name>")
-        self.system("check")   # every change applies (raises naming the path)
+        self.system("check")  # every change applies (raises naming the path)
         return self
 
     def system(self, name: str) -> AnySystem | PooledSystem:
@@ -70,10 +72,17 @@ class CaseStrategy(Frozen):
             sys = apply_changes(self.baseline, self.changes) if self.changes else self.baseline
             return sys.model_copy(update={"name": name})
         assert self.pools is not None
-        pools = tuple(Pool(name=pname, tenants=p.tenants, default=p.default,
-                           system=(apply_changes(p.baseline, p.changes) if p.changes else p.baseline)
-                           .model_copy(update={"name": f"{name}-{pname}"}))
-                      for pname, p in self.pools.items())
+        pools = tuple(
+            Pool(
+                name=pname,
+                tenants=p.tenants,
+                default=p.default,
+                system=(apply_changes(p.baseline, p.changes) if p.changes else p.baseline).model_copy(
+                    update={"name": f"{name}-{pname}"}
+                ),
+            )
+            for pname, p in self.pools.items()
+        )
         return PooledSystem(name=name, pools=pools)
 
 
@@ -83,20 +92,27 @@ class CaseConfig(Frozen):
     tenants: dict[str, CaseTenant]
     slo: SLOConfig
     strategies: dict[str, CaseStrategy]
-    warmup_requests: NonNegativeInt = Field(default=2, description="sent one at a time before the clock starts, not "
-                                       "counted: the timeline's first rows; every tenant's first request arrives at 0 s, so "
-                                       "at least one per tenant warms every pool")
+    warmup_requests: NonNegativeInt = Field(
+        default=2,
+        description="sent one at a time before the clock starts, not "
+        "counted: the timeline's first rows; every tenant's first request arrives at 0 s, so "
+        "at least one per tenant warms every pool",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> CaseConfig:
         for name, t in self.tenants.items():
             own = [x.name for x in t.workload.tenants]
             if own != [name]:
-                raise ValueError(f"tenants.{name}: its workload's tenants are {own}; fix: give that workload exactly "
-                                 f"one tenant named {name!r} (tenants: [{{name: {name}, priority: ...}}])")
+                raise ValueError(
+                    f"tenants.{name}: its workload's tenants are {own}; fix: give that workload exactly "
+                    f"one tenant named {name!r} (tenants: [{{name: {name}, priority: ...}}])"
+                )
         wl_names = [t.workload.name for t in self.tenants.values()]
         if len(set(wl_names)) != len(wl_names):
-            raise ValueError(f"the tenants' workloads share names {wl_names} (request ids would collide); fix: rename one")
+            raise ValueError(
+                f"the tenants' workloads share names {wl_names} (request ids would collide); fix: rename one"
+            )
         if not any(t.interactive for t in self.tenants.values()):
             raise ValueError("no tenant is interactive: the SLO would judge nothing; fix: set interactive: true on one")
         if len(self.strategies) < 2:
@@ -106,8 +122,10 @@ class CaseConfig(Frozen):
             if isinstance(sys, PooledSystem):
                 lost = [t for t in self.tenants if sys.pool_for(t) is None]
                 if lost:
-                    raise ValueError(f"strategies.{sname}: no pool serves tenants {lost}; fix: list them under a "
-                                     "pool's tenants or mark one pool default: true")
+                    raise ValueError(
+                        f"strategies.{sname}: no pool serves tenants {lost}; fix: list them under a "
+                        "pool's tenants or mark one pool default: true"
+                    )
         return self
 
     @property

@@ -43,7 +43,9 @@ def _read_yaml(path: Path) -> Any:
         with path.open() as fh:
             return yaml.safe_load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found; fix: check the path (relative paths resolve against the referencing file)") from None
+        raise ConfigError(
+            f"{path}: file not found; fix: check the path (relative paths resolve against the referencing file)"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
 
@@ -84,7 +86,9 @@ def _fix_hint(err: dict[str, Any], model: type[BaseModel]) -> str:
         parent = _model_at(model, err["loc"][:-1])
         options = sorted(parent.model_fields) if parent is not None else []
         close = difflib.get_close_matches(field, options, n=1)
-        return (f"did you mean {close[0]!r}? " if close else "remove it; ") + (f"allowed: {', '.join(options)}" if options else "")
+        return (f"did you mean {close[0]!r}? " if close else "remove it; ") + (
+            f"allowed: {', '.join(options)}" if options else ""
+        )
     if kind == "missing":
         return "add this field"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
@@ -160,7 +164,9 @@ def detect_kind(data: dict[str, Any]) -> str:
         return "system"
     if "strategies" in data:
         return "case"
-    raise ConfigError("cannot tell what kind of config this is; fix: pass kind= (candidate, workload, slo, hardware, system, case)")
+    raise ConfigError(
+        "cannot tell what kind of config this is; fix: pass kind= (candidate, workload, slo, hardware, system, case)"
+    )
 
 
 def load_config(path: str | Path, kind: str | None = None, **overrides: Any) -> Any:
@@ -188,7 +194,7 @@ def load_config(path: str | Path, kind: str | None = None, **overrides: Any) -> 
         except ValidationError as exc:
             member = HFSystem if data.get("engine") == "hf" else FakeSystem
             raise ConfigError(format_validation_error(exc, path, member)) from None
-    if kind == "case":   # the seed's case study (inferopt.config.case), imported only when asked for
+    if kind == "case":  # the seed's case study (inferopt.config.case), imported only when asked for
         from inferopt.config.case import CaseConfig
 
         try:

@@ -131,8 +131,10 @@ class WorkloadConfig(Frozen):
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
         if (self.arrival is None) == (self.trace is None):
-            raise ValueError("give exactly one of `arrival` (synthetic workload) or `trace` (replay a file); fix: "
-                             "e.g. arrival: {kind: poisson, rate_per_s: 2}, or trace: {path: trace.jsonl}")
+            raise ValueError(
+                "give exactly one of `arrival` (synthetic workload) or `trace` (replay a file); fix: "
+                "e.g. arrival: {kind: poisson, rate_per_s: 2}, or trace: {path: trace.jsonl}"
+            )
         return self
 
     @field_validator("tenants")
@@ -151,7 +153,9 @@ class WorkloadConfig(Frozen):
 
 class SLOConfig(Frozen):
     name: str = "interactive"
-    ttft_p50_ms: PositiveFloat | None = Field(default=None, description="median TTFT bound (the seed's case checks p50, then p99)")
+    ttft_p50_ms: PositiveFloat | None = Field(
+        default=None, description="median TTFT bound (the seed's case checks p50, then p99)"
+    )
     ttft_p99_ms: PositiveFloat
     tpot_p95_ms: PositiveFloat
     e2e_p99_ms: PositiveFloat | None = None
@@ -183,8 +187,12 @@ class CandidateConfig(Frozen):
     name: str
     description: str = ""
     baseline: SystemConfig
-    changes: dict[str, Any] = Field(description="dotted field paths of the baseline -> new value, e.g. {attn_implementation: sdpa}")
-    target_metrics: tuple[str, ...] = Field(default=("tpot_ms_p50", "ttft_ms_p99"), description="what the change is meant to improve")
+    changes: dict[str, Any] = Field(
+        description="dotted field paths of the baseline -> new value, e.g. {attn_implementation: sdpa}"
+    )
+    target_metrics: tuple[str, ...] = Field(
+        default=("tpot_ms_p50", "ttft_ms_p99"), description="what the change is meant to improve"
+    )
     workload: WorkloadConfig
     slo: SLOConfig
     hardware: HardwareConfig
@@ -230,11 +238,14 @@ def apply_changes(system: AnySystem, changes: dict[str, Any]) -> AnySystem:
                 )
             if i == len(parts) - 1:
                 if node[part] == value:
-                    raise ValueError(f"changes.{dotted}: the baseline already has {value!r}; fix: change something or drop it")
+                    raise ValueError(
+                        f"changes.{dotted}: the baseline already has {value!r}; fix: change something or drop it"
+                    )
                 node[part] = value
             else:
                 node = node[part]
     return type(system).model_validate(data)
+
 
 def changed_fields(a: AnySystem, b: AnySystem) -> dict[str, tuple[Any, Any]]:
     """Leaf fields (dotted paths) whose values differ between two systems: path -> (a's value, b's value)."""
@@ -258,10 +269,12 @@ def single_change_systems(system: AnySystem, changes: dict[str, Any]) -> dict[st
     (e.g. `batching: {max_batch_size: 8}` also resets `batch_wait_ms` to its default)."""
     paths = sorted(changes)
     for i, p in enumerate(paths):
-        for q in paths[i + 1:]:
+        for q in paths[i + 1 :]:
             if q.startswith(p + "."):
-                raise ValueError(f"changes.{p} and changes.{q} overlap: the first contains the second; fix: keep only "
-                                 "the dotted leaf paths, one per variable")
+                raise ValueError(
+                    f"changes.{p} and changes.{q} overlap: the first contains the second; fix: keep only "
+                    "the dotted leaf paths, one per variable"
+                )
     out: dict[str, AnySystem] = {}
     for dotted, value in changes.items():
         one = apply_changes(system, {dotted: value})

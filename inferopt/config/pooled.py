@@ -6,7 +6,7 @@ to the pool marked `default` when none does; with no default pool an unlisted te
 
 It is deliberately not a member of the `SystemConfig` union a candidate's `baseline` is validated against:
 the ablation and the locate step reason about one engine's knobs, which a router over several engines does
-not have. The case study (`inferopt.validation.case_study`) builds one and hands it to `run_system`.
+not have. The case study (`inferopt.validate.case_study`) builds one and hands it to `run_system`.
 
 Deliberately not here: routing at run time (`inferopt.engines.pooled`) or launching anything.
 """
@@ -47,15 +47,19 @@ class PooledSystem(Frozen):
         for p in self.pools:
             for t in p.tenants:
                 if t in seen:
-                    raise ValueError(f"tenant {t!r} is listed by pools {seen[t]!r} and {p.name!r}; fix: route it to one")
+                    raise ValueError(
+                        f"tenant {t!r} is listed by pools {seen[t]!r} and {p.name!r}; fix: route it to one"
+                    )
                 seen[t] = p.name
         defaults = [p.name for p in self.pools if p.default]
         if len(defaults) > 1:
             raise ValueError(f"pools {defaults} are all marked default; fix: mark at most one")
         for p in self.pools:
             if not p.tenants and not p.default:
-                raise ValueError(f"pool {p.name!r} lists no tenants and is not the default: it would get no request; "
-                                 "fix: list its tenants or set default: true")
+                raise ValueError(
+                    f"pool {p.name!r} lists no tenants and is not the default: it would get no request; "
+                    "fix: list its tenants or set default: true"
+                )
         return self
 
     def pool_for(self, tenant: str) -> str | None:

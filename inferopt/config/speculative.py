@@ -6,7 +6,7 @@
 - `builtin:<name>` — a builtin model (`inferopt/model/builtin/`);
 - a model directory (config.json + weights) whose tokenizer and vocabulary match the target's.
 
-Deliberately not here: building the draft or running it (`inferopt.engines.hf_speculative`).
+Deliberately not here: building the draft or running it (`inferopt.engines.hf.speculative`).
 """
 
 from __future__ import annotations
@@ -33,18 +33,25 @@ class SpeculativeDecoding(BaseModel):
         m = LAYERS_RE.match(value)
         if m:
             if int(m.group(1)) < 1:
-                raise ValueError("draft_model layers:0 has no layers; fix: layers:1 or more (fewer than the target has)")
+                raise ValueError(
+                    "draft_model layers:0 has no layers; fix: layers:1 or more (fewer than the target has)"
+                )
             return value
         if value.startswith("builtin:"):
             from inferopt.model.builtin import builtin_names
 
             if value.removeprefix("builtin:") not in builtin_names():
-                raise ValueError(f"draft_model {value!r}: unknown builtin; fix: one of "
-                                 + ", ".join(f"builtin:{n}" for n in builtin_names()) + ", or layers:N")
+                raise ValueError(
+                    f"draft_model {value!r}: unknown builtin; fix: one of "
+                    + ", ".join(f"builtin:{n}" for n in builtin_names())
+                    + ", or layers:N"
+                )
             return value
         if not (Path(value).expanduser() / "config.json").is_file():
-            raise ValueError(f"draft_model {value!r} is neither layers:N, builtin:<name> nor a model directory (no "
-                             "config.json there); fix: e.g. layers:2 (the target's first 2 layers as the draft)")
+            raise ValueError(
+                f"draft_model {value!r} is neither layers:N, builtin:<name> nor a model directory (no "
+                "config.json there); fix: e.g. layers:2 (the target's first 2 layers as the draft)"
+            )
         return str(Path(value).expanduser())
 
     @property

@@ -55,7 +55,7 @@ class ModelSpec(Frozen):
                 builtin_names,  # local: keeps this module import-light
             )
 
-            name = value[len(BUILTIN_PREFIX):]
+            name = value[len(BUILTIN_PREFIX) :]
             if name not in builtin_names():
                 raise ValueError(
                     f"unknown builtin model {name!r}; fix: use one of "
@@ -78,10 +78,14 @@ class ModelSpec(Frozen):
 class BatchingKnobs(Frozen):
     """The scheduling knobs shared by the in-process engines (hf, fake)."""
 
-    policy: Literal["static"] = Field(default="static", description="static: a batch runs until its longest member ends (B1)")
+    policy: Literal["static"] = Field(
+        default="static", description="static: a batch runs until its longest member ends (B1)"
+    )
     max_batch_size: PositiveInt = 4
     batch_wait_ms: NonNegativeFloat = Field(default=5.0, description="B4: wait this long to fill a batch")
-    max_queue: PositiveInt | None = Field(default=None, description="admission control: reject arrivals beyond this many waiting (None = unbounded)")
+    max_queue: PositiveInt | None = Field(
+        default=None, description="admission control: reject arrivals beyond this many waiting (None = unbounded)"
+    )
 
 
 class HFSystem(Frozen):
@@ -92,32 +96,57 @@ class HFSystem(Frozen):
     model: ModelSpec
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     attn_implementation: Literal["eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3"] = Field(
-        default="sdpa", description="attention kernel; flash_attention_2|3 are GPU-only (an arm asking for them on cpu is skipped)")
+        default="sdpa",
+        description="attention kernel; flash_attention_2|3 are GPU-only (an arm asking for them on cpu is skipped)",
+    )
     torch_threads: PositiveInt = 1
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batching: BatchingKnobs = BatchingKnobs()
     stop_at_eos: bool = True
     speculative: SpeculativeDecoding | None = Field(
-        default=None, description="draft-then-verify decoding (K5): {draft_model: layers:N | builtin:<name> | <dir>, "
-                                  "num_draft_tokens: k}; greedy outputs unchanged; one request at a time")
-    weight_quantization: Literal["none", "bnb-int8", "bnb-nf4", "bnb-fp4", "quanto-int8", "quanto-int4", "quanto-int2",
-                                 "torchao-int8"] = Field(
-        default="none", description="weights quantized at load: bitsandbytes (on CPU every Linear dim % 32 == 0), "
-                                    "optimum-quanto, torchao int8 weight-only")
+        default=None,
+        description="draft-then-verify decoding (K5): {draft_model: layers:N | builtin:<name> | <dir>, "
+        "num_draft_tokens: k}; greedy outputs unchanged; one request at a time",
+    )
+    weight_quantization: Literal[
+        "none", "bnb-int8", "bnb-nf4", "bnb-fp4", "quanto-int8", "quanto-int4", "quanto-int2", "torchao-int8"
+    ] = Field(
+        default="none",
+        description="weights quantized at load: bitsandbytes (on CPU every Linear dim % 32 == 0), "
+        "optimum-quanto, torchao int8 weight-only",
+    )
     bnb_double_quant: bool = Field(
-        default=False, description="bitsandbytes 4-bit only (bnb-nf4|bnb-fp4): quantize the quantization constants too "
-                                   "(bnb_4bit_use_double_quant)")
-    kv_cache: Literal["dynamic", "static", "quanto-int2", "quanto-int4", "hqq-int2", "hqq-int4", "hqq-int8", "fp8",
-                      "quantized-int4", "quantized-int2"] = Field(
-        default="dynamic", description="KV cache: dynamic (full precision, grows), static (preallocated prompt + max new "
-                                       "tokens), or quantized <backend>-int<bits> / fp8 (saves memory, changes outputs: "
-                                       "K2); quantized-int4|int2 are the older names of quanto-int4|int2")
+        default=False,
+        description="bitsandbytes 4-bit only (bnb-nf4|bnb-fp4): quantize the quantization constants too "
+        "(bnb_4bit_use_double_quant)",
+    )
+    kv_cache: Literal[
+        "dynamic",
+        "static",
+        "quanto-int2",
+        "quanto-int4",
+        "hqq-int2",
+        "hqq-int4",
+        "hqq-int8",
+        "fp8",
+        "quantized-int4",
+        "quantized-int2",
+    ] = Field(
+        default="dynamic",
+        description="KV cache: dynamic (full precision, grows), static (preallocated prompt + max new "
+        "tokens), or quantized <backend>-int<bits> / fp8 (saves memory, changes outputs: "
+        "K2); quantized-int4|int2 are the older names of quanto-int4|int2",
+    )
     kv_residual_length: PositiveInt = Field(
-        default=128, description="quanto/hqq KV caches: the most recent tokens kept in full precision before they are "
-                                 "quantized together (transformers' residual_length)")
+        default=128,
+        description="quanto/hqq KV caches: the most recent tokens kept in full precision before they are "
+        "quantized together (transformers' residual_length)",
+    )
     sliding_window: PositiveInt | None = Field(
-        default=None, description="attention window in tokens (the model's own sliding-window attention, e.g. Mistral; "
-                                  "the cache then keeps only the window); None = as the model's config says")
+        default=None,
+        description="attention window in tokens (the model's own sliding-window attention, e.g. Mistral; "
+        "the cache then keeps only the window); None = as the model's config says",
+    )
 
     @model_validator(mode="after")
     def _sub_options(self) -> HFSystem:
@@ -125,12 +154,14 @@ class HFSystem(Frozen):
             raise ValueError(
                 f"bnb_double_quant: true applies to bitsandbytes 4-bit weights only, but weight_quantization is "
                 f"{self.weight_quantization!r}; fix: weight_quantization: bnb-nf4 (or bnb-fp4) in the same system, or "
-                "drop bnb_double_quant (to ablate double quant, use a bnb-nf4 baseline and change bnb_double_quant alone)")
+                "drop bnb_double_quant (to ablate double quant, use a bnb-nf4 baseline and change bnb_double_quant alone)"
+            )
         if self.kv_residual_length != 128 and not self.kv_cache.startswith(("quanto-", "hqq-", "quantized-")):
             raise ValueError(
                 f"kv_residual_length: {self.kv_residual_length} applies to quantized KV caches (quanto-*, hqq-*) only, but "
                 f"kv_cache is {self.kv_cache!r}; fix: kv_cache: quanto-int4 (or hqq-int*) in the same system, or drop "
-                "kv_residual_length (to ablate it, use a quantized-cache baseline and change kv_residual_length alone)")
+                "kv_residual_length (to ablate it, use a quantized-cache baseline and change kv_residual_length alone)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -141,14 +172,20 @@ class HFSystem(Frozen):
             raise ValueError(
                 f"speculative: draft-then-verify serves one request at a time, but batching.max_batch_size is "
                 f"{self.batching.max_batch_size}; fix: batching.max_batch_size: 1 in the baseline too (else the arm "
-                "would change the batch size as well as the decoding, two variables at once)")
+                "would change the batch size as well as the decoding, two variables at once)"
+            )
         if self.kv_cache != "dynamic":
-            raise ValueError(f"speculative: needs kv_cache: dynamic (rejected draft tokens are cropped from the cache; "
-                             f"{self.kv_cache!r} cannot be cropped); fix: kv_cache: dynamic")
+            raise ValueError(
+                f"speculative: needs kv_cache: dynamic (rejected draft tokens are cropped from the cache; "
+                f"{self.kv_cache!r} cannot be cropped); fix: kv_cache: dynamic"
+            )
         if self.sliding_window is not None:
-            raise ValueError("speculative: our draft-verify loop does not roll back sliding-window caches (once full they "
-                             "need transformers' past recording to crop rejected tokens); fix: sliding_window: null")
+            raise ValueError(
+                "speculative: our draft-verify loop does not roll back sliding-window caches (once full they "
+                "need transformers' past recording to crop rejected tokens); fix: sliding_window: null"
+            )
         return self
+
 
 class FakeSystem(Frozen):
     """Scripted per-phase delays (seconds scale with the knobs below) for fast tests above the engine."""
@@ -160,9 +197,13 @@ class FakeSystem(Frozen):
     prefill_base_ms: NonNegativeFloat = 1.0
     decode_step_ms: NonNegativeFloat = 2.0
     decode_ms_per_seq: NonNegativeFloat = 0.1
-    jitter_cv: NonNegativeFloat = Field(default=0.0, description="lognormal noise on every delay (coefficient of variation)")
+    jitter_cv: NonNegativeFloat = Field(
+        default=0.0, description="lognormal noise on every delay (coefficient of variation)"
+    )
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    cached_prefix_fraction: float = Field(default=0.0, ge=0.0, le=1.0, description="share of prefix-group requests whose prefix counts as cached")
+    cached_prefix_fraction: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="share of prefix-group requests whose prefix counts as cached"
+    )
     vocab_size: PositiveInt = 288
     eos_token_id: int = 2
     seed: int = 0
@@ -176,8 +217,10 @@ class VLLMSystem(Frozen):
     engine: Literal["vllm"] = "vllm"
     name: str = "vllm"
     model: ModelSpec
-    python: str = Field(default=".venv-vllm/bin/python",
-                        description="interpreter of the virtualenv that has vllm (relative paths: the project root)")
+    python: str = Field(
+        default=".venv-vllm/bin/python",
+        description="interpreter of the virtualenv that has vllm (relative paths: the project root)",
+    )
     device: Literal["cpu", "cuda"] = "cpu"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     max_model_len: PositiveInt | None = 2048
@@ -187,15 +230,31 @@ class VLLMSystem(Frozen):
     enable_prefix_caching: bool | None = None
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
-    max_num_queued_reqs: PositiveInt | None = Field(default=None, description="admission control: beyond this many unfinished requests (vLLM 0.32 counts waiting + running), new ones get HTTP 503")
-    quantization: str | None = Field(default=None, description="vLLM --quantization (e.g. fp8, bitsandbytes); None = as the checkpoint says")
-    speculative_config: dict[str, Any] | None = Field(default=None, description="vLLM --speculative-config as a mapping")
-    enforce_eager: bool = Field(default=True, description="skip torch.compile / CUDA graphs (fast start; set false for production-like GPU runs)")
-    kv_cache_memory_bytes: PositiveInt | None = Field(default=1 << 30, description="KV cache size; on CPU vLLM otherwise reserves most of RAM")
+    max_num_queued_reqs: PositiveInt | None = Field(
+        default=None,
+        description="admission control: beyond this many unfinished requests (vLLM 0.32 counts waiting + running), new ones get HTTP 503",
+    )
+    quantization: str | None = Field(
+        default=None, description="vLLM --quantization (e.g. fp8, bitsandbytes); None = as the checkpoint says"
+    )
+    speculative_config: dict[str, Any] | None = Field(
+        default=None, description="vLLM --speculative-config as a mapping"
+    )
+    enforce_eager: bool = Field(
+        default=True,
+        description="skip torch.compile / CUDA graphs (fast start; set false for production-like GPU runs)",
+    )
+    kv_cache_memory_bytes: PositiveInt | None = Field(
+        default=1 << 30, description="KV cache size; on CPU vLLM otherwise reserves most of RAM"
+    )
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
     tensor_parallel_size: PositiveInt = 1
-    block_size: PositiveInt | None = Field(default=None, description="KV block size in tokens (vLLM --block-size); None = the platform's default")
-    tracing: bool = Field(default=True, description="per-request OpenTelemetry spans to a local receiver (the phase join)")
+    block_size: PositiveInt | None = Field(
+        default=None, description="KV block size in tokens (vLLM --block-size); None = the platform's default"
+    )
+    tracing: bool = Field(
+        default=True, description="per-request OpenTelemetry spans to a local receiver (the phase join)"
+    )
     extra_args: tuple[str, ...] = Field(default=(), description="further `vllm serve` flags, passed verbatim")
     extra_env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: PositiveFloat = 600.0
@@ -215,14 +274,21 @@ class OpenAISystem(Frozen):
     served_model: str = Field(description="the `model` field sent with each request")
     api: Literal["completions", "chat"] = "completions"
     vocab_size: PositiveInt = Field(description="prompts are sent as token ids drawn below this")
-    metrics_url: str | None = Field(default=None, description="Prometheus /metrics for the aggregate join; None = base_url + /metrics if it answers")
+    metrics_url: str | None = Field(
+        default=None, description="Prometheus /metrics for the aggregate join; None = base_url + /metrics if it answers"
+    )
     headers: dict[str, str] = Field(default_factory=dict)
     max_connections: PositiveInt = 1024
     temperature: NonNegativeFloat = Field(
-        default=0.0, description="sampling temperature sent with every request; 0 = greedy, as the hf engine decodes "
-                                 "(servers default to 1.0: sampled outputs make arms' outputs and lengths differ by chance)")
-    send_priority: bool = Field(default=True, description="send each request's non-zero priority; vLLM refuses one "
-                                "(HTTP 400) unless started with --scheduling-policy priority")
+        default=0.0,
+        description="sampling temperature sent with every request; 0 = greedy, as the hf engine decodes "
+        "(servers default to 1.0: sampled outputs make arms' outputs and lengths differ by chance)",
+    )
+    send_priority: bool = Field(
+        default=True,
+        description="send each request's non-zero priority; vLLM refuses one "
+        "(HTTP 400) unless started with --scheduling-policy priority",
+    )
 
     @field_validator("base_url")
     @classmethod

@@ -23,7 +23,7 @@ __all__ = ["Engine", "FinishEvent", "GenRequest", "RequestRejected", "TokenEvent
 def make_engine(system: AnySystem) -> Engine:
     """A not-yet-started engine for `system` (dispatch on its pydantic type)."""
     if isinstance(system, HFSystem):
-        from inferopt.engines.hf import HFEngine
+        from inferopt.engines.hf.engine import HFEngine
 
         return HFEngine(system)
     if isinstance(system, FakeSystem):
@@ -31,7 +31,7 @@ def make_engine(system: AnySystem) -> Engine:
 
         return FakeEngine(system)
     if isinstance(system, VLLMSystem):
-        from inferopt.engines.vllm import VLLMEngine
+        from inferopt.engines.vllm.engine import VLLMEngine
 
         return VLLMEngine(system)
     if isinstance(system, OpenAISystem):
@@ -44,4 +44,6 @@ def make_engine(system: AnySystem) -> Engine:
         from inferopt.engines.pooled import PooledEngine
 
         return PooledEngine(system)
-    raise TypeError(f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem")
+    raise TypeError(
+        f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem"
+    )

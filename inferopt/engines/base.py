@@ -33,7 +33,7 @@ class GenRequest:
 
 @dataclass(frozen=True)
 class TokenEvent:
-    token_ids: tuple[int, ...]   # one chunk may carry several tokens
+    token_ids: tuple[int, ...]  # one chunk may carry several tokens
     server_s: float | None = None
     received_s: float | None = None  # when the client read it off the socket (HTTP engines); else: when consumed
 

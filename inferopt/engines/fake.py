@@ -36,15 +36,16 @@ __all__ = ["FakeEngine"]
 class _Slot:
     __slots__ = ("cache_draw", "cancelled", "done", "queue", "request", "timings", "tokens", "waiting", "will_error")
 
-    def __init__(self, request: GenRequest, key: str, arrival_s: float, tokens: list[int], will_error: bool,
-                 cache_draw: bool) -> None:
+    def __init__(
+        self, request: GenRequest, key: str, arrival_s: float, tokens: list[int], will_error: bool, cache_draw: bool
+    ) -> None:
         self.request = request
         self.timings = ServerTimings(arrival_s=arrival_s)
         self.queue: asyncio.Queue = asyncio.Queue()
         self.waiting = Waiting(request_id=key, arrival_s=arrival_s, priority=request.priority)
         self.tokens = tokens
         self.will_error = will_error
-        self.cache_draw = cache_draw   # its prefix counts as cached if its group was already served
+        self.cache_draw = cache_draw  # its prefix counts as cached if its group was already served
         self.done = False
         self.cancelled = False
 
@@ -97,8 +98,11 @@ class FakeEngine:
         return {"engine": "fake", **self.system.model_dump()}
 
     async def server_metrics(self) -> dict[str, float]:
-        return {"queue_depth": float(len(self._waiting)), "batches_run": float(self.batches_run),
-                "tokens_generated": float(self.tokens_generated)}
+        return {
+            "queue_depth": float(len(self._waiting)),
+            "batches_run": float(self.batches_run),
+            "tokens_generated": float(self.tokens_generated),
+        }
 
     # ------------------------------------------------------------------ consumer side
 

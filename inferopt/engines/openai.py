@@ -1,6 +1,6 @@
 """The `openai` engine: any OpenAI-compatible streaming endpoint (vLLM, SGLang, TGI, a gateway) over HTTP.
 
-The timed requests go through `inferopt.client.http1.ConnectionPool` (keep-alive HTTP/1.1, h11 framing,
+The timed requests go through `inferopt.transport.http1.ConnectionPool` (keep-alive HTTP/1.1, h11 framing,
 at most `system.max_connections` connections; requests beyond it wait for a free one — that wait counts as
 client time, see `SentEvent`): `fire(request)` writes the request on an idle connection synchronously, from
 the load runner's send-timer callback, and every body chunk is stamped when it is read off the socket.
@@ -20,7 +20,7 @@ any surplus the final usage reports arrives as one last event.
 
 Outcomes: HTTP 429/503, or an SSE `{"error": {"code": 429|503}}` event inside a 200 stream (vLLM's
 `--max-num-queued-reqs` on streaming requests) -> `RequestRejected` (with the `Retry-After` header's delay
-when the HTTP answer has one; retrying is the caller's choice: `inferopt.client.retry`). Other HTTP errors, other error
+when the HTTP answer has one; retrying is the caller's choice: `inferopt.transport.retry`). Other HTTP errors, other error
 events, a connection lost mid-stream or a stream that ends without `[DONE]` or a finish reason ->
 `OpenAIStreamError` with the reason. Timeouts belong to the load runner (it cancels; the connection is
 dropped, not reused).
@@ -28,7 +28,7 @@ dropped, not reused).
 With `api: chat` the prompt has to be text: each id is sent as one word `w<id>`, so the server's
 prompt length only approximates `input_len` — prefer `completions`.
 
-Deliberately not here: launching a server (`inferopt.engines.vllm`), output-length forcing
+Deliberately not here: launching a server (`inferopt.engines.vllm.engine`), output-length forcing
 (`ignore_eos`/`min_tokens` are refused: fixed output lengths are a benchmark cheat, V4) and the
 server-side phase join (server spans and `/metrics` are the vLLM engine's business).
 """
@@ -42,12 +42,12 @@ from typing import Any
 import aiohttp
 import h11
 
-from inferopt.client.http1 import ConnectionFailed, ConnectionPool, Endpoint, ResponseStream, encode_request
-from inferopt.client.prometheus import scrape
-from inferopt.client.sse import SSEParser
 from inferopt.config import OpenAISystem
 from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, SentEvent, TokenEvent
-from inferopt.records import ServerTimings, now_s
+from inferopt.records import ServerTimings
+from inferopt.transport.http1 import ConnectionFailed, ConnectionPool, Endpoint, ResponseStream, encode_request
+from inferopt.transport.prometheus import scrape
+from inferopt.transport.sse import SSEParser
 
 REJECT_CODES = frozenset({429, 503})
 FORBIDDEN_BODY_KEYS = frozenset({"ignore_eos", "min_tokens"})
@@ -68,11 +68,16 @@ def _error_of(obj: dict[str, Any]) -> tuple[int | None, str] | None:
     err = obj.get("error")
     if isinstance(err, dict):
         code = err.get("code")
-        return (int(code) if isinstance(code, int | str) and str(code).isdigit() else None,
-                str(err.get("message") or err))
+        return (
+            int(code) if isinstance(code, int | str) and str(code).isdigit() else None,
+            str(err.get("message") or err),
+        )
     if obj.get("object") == "error":
         code = obj.get("code")
-        return (int(code) if isinstance(code, int | str) and str(code).isdigit() else None, str(obj.get("message") or obj))
+        return (
+            int(code) if isinstance(code, int | str) and str(code).isdigit() else None,
+            str(obj.get("message") or obj),
+        )
     if isinstance(err, str):
         return None, err
     return None
@@ -84,8 +89,10 @@ class OpenAIEngine:
     def __init__(self, system: OpenAISystem, *, extra_body: dict[str, Any] | None = None) -> None:
         bad = FORBIDDEN_BODY_KEYS & set(extra_body or {})
         if bad:
-            raise ValueError(f"extra_body sets {sorted(bad)}: forcing output lengths is a benchmark cheat (SPEC V4); "
-                             "fix: remove them and let the model stop where it stops")
+            raise ValueError(
+                f"extra_body sets {sorted(bad)}: forcing output lengths is a benchmark cheat (SPEC V4); "
+                "fix: remove them and let the model stop where it stops"
+            )
         self.system = system
         self.extra_body = dict(extra_body or {})
         self.chat = system.api == "chat"
@@ -103,10 +110,12 @@ class OpenAIEngine:
         self._session = aiohttp.ClientSession(
             # idle connections are dropped before a server would (uvicorn, vLLM's server, closes them after
             # 5 s): reusing one the server just closed would turn into a spurious error record
-            connector=aiohttp.TCPConnector(limit=self.system.max_connections, limit_per_host=0,
-                                           keepalive_timeout=IDLE_CONNECTION_S),
+            connector=aiohttp.TCPConnector(
+                limit=self.system.max_connections, limit_per_host=0, keepalive_timeout=IDLE_CONNECTION_S
+            ),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30.0),
-            headers=self.system.headers, raise_for_status=False,
+            headers=self.system.headers,
+            raise_for_status=False,
         )
         self._pool = ConnectionPool(self.endpoint, self.system.max_connections, keepalive_s=IDLE_CONNECTION_S)
         try:
@@ -119,20 +128,25 @@ class OpenAIEngine:
         """Fail start() early when nothing answers at base_url; find the /metrics endpoint."""
         assert self._session is not None
         try:
-            async with self._session.get(f"{self.system.base_url}/v1/models",
-                                         timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
+            async with self._session.get(
+                f"{self.system.base_url}/v1/models", timeout=aiohttp.ClientTimeout(total=10.0)
+            ) as resp:
                 await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ConnectionError(f"no OpenAI-compatible server answers at {self.system.base_url} "
-                                  f"({type(exc).__name__}: {exc}); fix: start it, or correct base_url") from exc
+            raise ConnectionError(
+                f"no OpenAI-compatible server answers at {self.system.base_url} "
+                f"({type(exc).__name__}: {exc}); fix: start it, or correct base_url"
+            ) from exc
         url = self.system.metrics_url or f"{self.system.base_url}/metrics"
         try:
             await scrape(self._session, url, timeout_s=10.0)
             self.metrics_url = url
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             if self.system.metrics_url:
-                raise ConnectionError(f"metrics_url {url} does not serve Prometheus metrics "
-                                      f"({type(exc).__name__}: {exc}); fix: correct it or remove it") from exc
+                raise ConnectionError(
+                    f"metrics_url {url} does not serve Prometheus metrics "
+                    f"({type(exc).__name__}: {exc}); fix: correct it or remove it"
+                ) from exc
             self.metrics_url = None
 
     async def stop(self) -> None:
@@ -146,9 +160,14 @@ class OpenAIEngine:
     def info(self) -> dict[str, Any]:
         sysd = self.system.model_dump()
         sysd["headers"] = {k: "<set>" for k in self.system.headers}  # never log credentials
-        return {"engine": "openai", **sysd, "url": self.url, "metrics_url": self.metrics_url,
-                "extra_body": self.extra_body,
-                "client": f"inferopt http1 pool (h11 {h11.__version__}); control: aiohttp {aiohttp.__version__}"}
+        return {
+            "engine": "openai",
+            **sysd,
+            "url": self.url,
+            "metrics_url": self.metrics_url,
+            "extra_body": self.extra_body,
+            "client": f"inferopt http1 pool (h11 {h11.__version__}); control: aiohttp {aiohttp.__version__}",
+        }
 
     async def server_metrics(self) -> dict[str, float]:
         """The server's Prometheus metrics as a flat dict; {} without a metrics endpoint or if it fails."""
@@ -200,16 +219,18 @@ class OpenAIEngine:
         async for event in self.fire(request):
             yield event
 
-    async def _events(self, resp: ResponseStream, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+    async def _events(
+        self, resp: ResponseStream, request: GenRequest
+    ) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
         reported = resp.sent_s is not None
         try:
-            if reported:                         # sent synchronously by fire(): say so at once
+            if reported:  # sent synchronously by fire(): say so at once
                 yield SentEvent(resp.sent_s)
             try:
                 await resp.wait_headers()
             except ConnectionFailed as exc:
                 raise OpenAIStreamError(f"no response from {self.url}: {exc}") from exc
-            if not reported and resp.sent_s is not None:   # it waited for a connection, then went out
+            if not reported and resp.sent_s is not None:  # it waited for a connection, then went out
                 yield SentEvent(resp.sent_s)
             if resp.status != 200:
                 try:
@@ -217,21 +238,24 @@ class OpenAIEngine:
                 except ConnectionFailed:
                     text = ""
                 if resp.status in REJECT_CODES:
-                    from inferopt.client.retry import parse_retry_after_s
+                    from inferopt.transport.retry import parse_retry_after_s
 
                     after = next((v.decode("latin-1") for k, v in resp.headers if k.lower() == b"retry-after"), None)
                     raise RequestRejected(f"HTTP {resp.status}: {text}", parse_retry_after_s(after))
-                hint = ("; fix: start the server with --scheduling-policy priority, or set send_priority: false"
-                        if "priority" in text.lower() else "")
+                hint = (
+                    "; fix: start the server with --scheduling-policy priority, or set send_priority: false"
+                    if "priority" in text.lower()
+                    else ""
+                )
                 raise OpenAIStreamError(f"HTTP {resp.status} from {self.url}: {text}{hint}")
             async for event in self._sse_events(resp):
                 yield event
         finally:
-            resp.close()   # a response not read to its end drops its connection
+            resp.close()  # a response not read to its end drops its connection
 
     async def _sse_events(self, resp: ResponseStream) -> AsyncIterator[TokenEvent | FinishEvent]:
         parser = SSEParser()
-        counted = 0              # tokens yielded so far
+        counted = 0  # tokens yielded so far
         usage_total: int | None = None
         finish_reason: str | None = None
         cached = 0
@@ -247,20 +271,24 @@ class OpenAIEngine:
             for received_s, data in chunks:
                 for ev in parser.feed(data):
                     if done:
-                        continue   # nothing counts after [DONE]
+                        continue  # nothing counts after [DONE]
                     if ev.is_done:
                         done = True
                         continue
                     try:
                         obj = json.loads(ev.data)
                     except json.JSONDecodeError as exc:
-                        raise OpenAIStreamError(f"undecodable SSE data after {counted} tokens: {ev.data[:200]!r}") from exc
+                        raise OpenAIStreamError(
+                            f"undecodable SSE data after {counted} tokens: {ev.data[:200]!r}"
+                        ) from exc
                     err = _error_of(obj)
                     if err is not None:
                         code, message = err
                         if code in REJECT_CODES:
                             raise RequestRejected(f"error event in the stream (code {code}): {message}")
-                        raise OpenAIStreamError(f"error event in the stream after {counted} tokens (code {code}): {message}")
+                        raise OpenAIStreamError(
+                            f"error event in the stream after {counted} tokens (code {code}): {message}"
+                        )
                     ids: list[int] | None = None
                     text = False
                     for ch in obj.get("choices") or ():
@@ -284,9 +312,11 @@ class OpenAIEngine:
                         n, counted = usage_total - counted, usage_total
                         yield TokenEvent((-1,) * n, received_s=received_s)
                     elif text and usage is None:
-                        counted += 1   # a server without continuous usage: one token per text chunk
+                        counted += 1  # a server without continuous usage: one token per text chunk
                         yield TokenEvent((-1,), received_s=received_s)
         if not done and finish_reason is None:
-            raise OpenAIStreamError(f"the stream ended without [DONE] or a finish reason after {counted} tokens "
-                                    "(server closed the connection mid-stream)")
+            raise OpenAIStreamError(
+                f"the stream ended without [DONE] or a finish reason after {counted} tokens "
+                "(server closed the connection mid-stream)"
+            )
         yield FinishEvent(ServerTimings(finish_reason=finish_reason, cached_tokens=cached))

@@ -33,19 +33,21 @@ class PooledEngine:
 
         self.system = system
         self.engines: dict[str, Engine] = {p.name: make_engine(p.system) for p in system.pools}
-        self._served_by: dict[str, str] = {}   # request id -> pool name
+        self._served_by: dict[str, str] = {}  # request id -> pool name
 
     def _route(self, request: GenRequest) -> str:
         pool = self.system.pool_for(request.tenant)
         if pool is None:
             routed = sorted(t for p in self.system.pools for t in p.tenants)
-            raise RuntimeError(f"pooled engine {self.system.name!r}: no pool serves tenant {request.tenant!r} "
-                               f"(routed tenants: {routed}); fix: list it under a pool's tenants or mark a pool default")
+            raise RuntimeError(
+                f"pooled engine {self.system.name!r}: no pool serves tenant {request.tenant!r} "
+                f"(routed tenants: {routed}); fix: list it under a pool's tenants or mark a pool default"
+            )
         return pool
 
     async def start(self) -> None:
         results = await asyncio.gather(*(e.start() for e in self.engines.values()), return_exceptions=True)
-        failed = [(name, r) for name, r in zip(self.engines, results) if isinstance(r, BaseException)]
+        failed = [(name, r) for name, r in zip(self.engines, results, strict=False) if isinstance(r, BaseException)]
         if failed:
             await self.stop()
             name, exc = failed[0]
@@ -55,9 +57,12 @@ class PooledEngine:
         await asyncio.gather(*(e.stop() for e in self.engines.values()), return_exceptions=True)
 
     def info(self) -> dict[str, Any]:
-        return {"engine": "pooled", "name": self.system.name,
-                "routing": {p.name: {"tenants": list(p.tenants), "default": p.default} for p in self.system.pools},
-                "pools": {name: e.info() for name, e in self.engines.items()}}
+        return {
+            "engine": "pooled",
+            "name": self.system.name,
+            "routing": {p.name: {"tenants": list(p.tenants), "default": p.default} for p in self.system.pools},
+            "pools": {name: e.info() for name, e in self.engines.items()},
+        }
 
     def prepare(self, requests: list[GenRequest]) -> None:
         by_pool: dict[str, list[GenRequest]] = {}
@@ -81,7 +86,7 @@ class PooledEngine:
         total: dict[str, float] = {}
         for metrics in per_pool:
             for key, value in metrics.items():
-                if key.endswith("_perc"):   # a usage fraction: the fullest pool's, not a sum
+                if key.endswith("_perc"):  # a usage fraction: the fullest pool's, not a sum
                     total[key] = max(total.get(key, 0.0), float(value))
                 else:
                     total[key] = total.get(key, 0.0) + float(value)

@@ -25,8 +25,8 @@ class Waiting:
 
 @dataclass(frozen=True)
 class BatchDecision:
-    batch: tuple[str, ...]        # request ids to admit now (empty = none)
-    wait_s: float | None          # if no batch: how long until the policy should be asked again (None = until an arrival)
+    batch: tuple[str, ...]  # request ids to admit now (empty = none)
+    wait_s: float | None  # if no batch: how long until the policy should be asked again (None = until an arrival)
 
 
 def admit_on_arrival(knobs: BatchingKnobs, n_waiting: int) -> bool:

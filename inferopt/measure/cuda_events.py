@@ -18,7 +18,7 @@ On any other device `phase()` does nothing and `summary()` is {"available": Fals
 `event_stats` is the pure reduction (count, total, mean, max per phase) used by `summary()`.
 
 What this module deliberately does not do: synchronize on its own in the hot path, profile kernels (the op
-profile in `inferopt.analysis.profile` does), or time anything on CPU (the engine's clock does).
+profile in `inferopt.locate.profile` does), or time anything on CPU (the engine's clock does).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class PhaseEventTimer:
         self.reason = reason
         self._pending: list[tuple[str, Any, Any]] = []
         self._done: dict[str, list[float]] = {}
-        self._lock = threading.Lock()   # the engine's worker thread records; info() may summarize from another
+        self._lock = threading.Lock()  # the engine's worker thread records; info() may summarize from another
 
     @classmethod
     def for_device(cls, device: str) -> PhaseEventTimer:

@@ -36,7 +36,7 @@ without tracing): `aggregate_join` compares per-run means from histogram deltas 
 TTFT, E2E) with the client-side means over ok requests. It is labelled `aggregate`, never written into
 per-request fields.
 
-Deliberately not here: receiving spans (`inferopt.measure.otel`), launching servers (engines), phase
+Deliberately not here: receiving spans (`inferopt.transport.otel`), launching servers (engines), phase
 arithmetic (`inferopt.measure.phases`).
 """
 
@@ -53,12 +53,17 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.measure.otel import SpanRecord
 from inferopt.records import RequestRecord, ServerTimings, now_s
+from inferopt.transport.otel import SpanRecord
 
 __all__ = [
-    "VLLM_SPAN_ATTRIBUTES", "aggregate_join", "clock_offset_s", "join_server_timings", "rewrite_records",
-    "timings_from_vllm_span", "vllm_request_id",
+    "VLLM_SPAN_ATTRIBUTES",
+    "aggregate_join",
+    "clock_offset_s",
+    "join_server_timings",
+    "rewrite_records",
+    "timings_from_vllm_span",
+    "vllm_request_id",
 ]
 
 VLLM_SPAN_ATTRIBUTES = {
@@ -106,8 +111,13 @@ def timings_from_vllm_span(span: SpanRecord, offset_s: float = 0.0) -> ServerTim
     first = arrival + ttft if ttft is not None and ttft > 0 else None
     done = arrival + e2e if e2e is not None else None
     return ServerTimings(
-        arrival_s=arrival, admitted_s=admitted, context_ready_s=admitted, prefill_start_s=admitted,
-        prefill_end_s=prefill_end, token_s=[first] if first is not None else [], done_s=done,
+        arrival_s=arrival,
+        admitted_s=admitted,
+        context_ready_s=admitted,
+        prefill_start_s=admitted,
+        prefill_end_s=prefill_end,
+        token_s=[first] if first is not None else [],
+        done_s=done,
     )
 
 
@@ -121,9 +131,13 @@ def join_server_timings(records: Iterable[RequestRecord], timings: Mapping[str, 
         if t is None:
             out.append(r)
             continue
-        keep = {"cached_tokens": t.cached_tokens or r.cached_tokens,
-                "finish_reason": t.finish_reason or r.finish_reason,
-                "batch_size_at_admit": t.batch_size_at_admit if t.batch_size_at_admit is not None else r.batch_size_at_admit}
+        keep = {
+            "cached_tokens": t.cached_tokens or r.cached_tokens,
+            "finish_reason": t.finish_reason or r.finish_reason,
+            "batch_size_at_admit": t.batch_size_at_admit
+            if t.batch_size_at_admit is not None
+            else r.batch_size_at_admit,
+        }
         new = replace(r, token_s=list(r.token_s))
         new.with_server(replace(t, **keep))
         out.append(new)
@@ -149,7 +163,7 @@ def rewrite_records(path: str | Path, records: Iterable[RequestRecord]) -> None:
 
 # ------------------------------------------------------------------------------------------ aggregate
 
-# flat metric names (as `inferopt.engines.vllm_serve.vllm_metrics` writes them) -> the client/phase column
+# flat metric names (as `inferopt.engines.vllm.serve.vllm_metrics` writes them) -> the client/phase column
 AGGREGATE_PHASES = (
     ("queue_ms", "queue_time_s"),
     ("prefill_ms", "prefill_time_s"),
@@ -169,9 +183,19 @@ def aggregate_join(phases: pd.DataFrame, metrics_delta: Mapping[str, float]) -> 
     for col, metric in AGGREGATE_PHASES:
         s, c = metrics_delta.get(f"{metric}_sum"), metrics_delta.get(f"{metric}_count")
         server_ms = 1000.0 * s / c if s is not None and c else math.nan
-        client = pd.to_numeric(ok[col], errors="coerce").dropna() if col in ok and col in ("ttft_ms", "e2e_ms") else None
+        client = (
+            pd.to_numeric(ok[col], errors="coerce").dropna() if col in ok and col in ("ttft_ms", "e2e_ms") else None
+        )
         client_ms = float(client.mean()) if client is not None and len(client) else math.nan
-        rows.append({"phase": col.removesuffix("_ms"), "server_mean_ms": server_ms, "server_count": float(c or 0.0),
-                     "client_mean_ms": client_ms, "client_count": len(client) if client is not None else 0,
-                     "gap_ms": client_ms - server_ms, "join": "aggregate"})
+        rows.append(
+            {
+                "phase": col.removesuffix("_ms"),
+                "server_mean_ms": server_ms,
+                "server_count": float(c or 0.0),
+                "client_mean_ms": client_ms,
+                "client_count": len(client) if client is not None else 0,
+                "gap_ms": client_ms - server_ms,
+                "join": "aggregate",
+            }
+        )
     return pd.DataFrame(rows)

@@ -46,14 +46,14 @@ class NvmlReader:
         clocks: list[float] = []
         energy_mj: float | None = 0.0
         for h in self._handles:
-            power_w += nv.nvmlDeviceGetPowerUsage(h) / 1000.0          # mW -> W
+            power_w += nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # mW -> W
             mem += float(nv.nvmlDeviceGetMemoryInfo(h).used)
             clocks.append(float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)))
             if energy_mj is not None:
                 try:
                     energy_mj += float(nv.nvmlDeviceGetTotalEnergyConsumption(h))
                 except nv.NVMLError:
-                    energy_mj = None                                 # not on this GPU generation
+                    energy_mj = None  # not on this GPU generation
         out = {"t_s": t_s, "power_w": power_w, "mem_used_bytes": mem, "sm_clock_mhz": float(np.mean(clocks))}
         if energy_mj is not None:
             out["energy_counter_mj"] = energy_mj
@@ -63,7 +63,7 @@ class NvmlReader:
         return {"devices": self.names, "indices": self.indices}
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):   # shutting down must not fail the run
+        with contextlib.suppress(Exception):  # shutting down must not fail the run
             self._nv.nvmlShutdown()
 
 
@@ -75,13 +75,13 @@ def visible_indices(device_count: int, env: dict[str, str] | None = None) -> lis
         return list(range(device_count))
     parts = [p.strip() for p in raw.split(",") if p.strip()]
     if not parts:
-        return []                # set but empty: CUDA sees no device
+        return []  # set but empty: CUDA sees no device
     if all(p.lstrip("-").isdigit() for p in parts):
         out = []
         for p in parts:
             i = int(p)
             if i < 0:
-                break            # CUDA stops at the first invalid index
+                break  # CUDA stops at the first invalid index
             if i < device_count:
                 out.append(i)
         return out
@@ -125,7 +125,7 @@ def aggregate_gpu_samples(samples: Sequence[dict[str, float]]) -> dict[str, floa
     out = {
         "gpu_samples": float(len(rows)),
         "gpu_span_s": span,
-        "gpu_power_w_mean": energy / span if span > 0 else float(p.mean()),   # time-weighted
+        "gpu_power_w_mean": energy / span if span > 0 else float(p.mean()),  # time-weighted
         "gpu_power_w_peak": float(p.max()),
         "gpu_energy_j": energy,
         "gpu_mem_used_bytes_peak": float(max(s["mem_used_bytes"] for s in rows)),

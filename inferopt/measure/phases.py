@@ -13,7 +13,7 @@ The decomposition (SPEC M3), per request:
             = TTFT + (N-1) x TPOT + T_external + residual_e2e.
 A residual is reported per request, never folded away; `decomposition_check` says whether it adds up.
 
-Deliberately not here: percentiles and slicing (`slices.py`), verdicts (`inferopt.analysis`).
+Deliberately not here: percentiles and slicing (`slices.py`), verdicts (`inferopt.locate`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,19 @@ import pandas as pd
 from inferopt.records import RequestRecord, records_to_frame
 
 PHASE_COLUMNS = (
-    "send_lag_ms", "queue_ms", "context_ms", "prefill_ms", "first_ms", "ttft_ms", "ttft_server_ms",
-    "tpot_ms", "decode_ms", "e2e_ms", "external_ms", "ttft_residual_ms", "e2e_residual_ms",
+    "send_lag_ms",
+    "queue_ms",
+    "context_ms",
+    "prefill_ms",
+    "first_ms",
+    "ttft_ms",
+    "ttft_server_ms",
+    "tpot_ms",
+    "decode_ms",
+    "e2e_ms",
+    "external_ms",
+    "ttft_residual_ms",
+    "e2e_residual_ms",
 )
 
 
@@ -51,11 +62,26 @@ def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame
     with NaN where a phase never happened."""
     df = records if isinstance(records, pd.DataFrame) else records_to_frame(records)
     df = df[~df["warmup"].astype(bool)].copy() if "warmup" in df else df.copy()
-    out = df[[
-        "request_id", "run_tag", "arm", "trial", "scenario", "outcome", "error", "tenant", "priority",
-        "prefix_group", "input_len", "target_output_len", "output_len", "cached_tokens", "batch_size_at_admit",
-        "finish_reason",
-    ]].copy()
+    out = df[
+        [
+            "request_id",
+            "run_tag",
+            "arm",
+            "trial",
+            "scenario",
+            "outcome",
+            "error",
+            "tenant",
+            "priority",
+            "prefix_group",
+            "input_len",
+            "target_output_len",
+            "output_len",
+            "cached_tokens",
+            "batch_size_at_admit",
+            "finish_reason",
+        ]
+    ].copy()
     out["send_lag_ms"] = _ms(df["sent_s"], df["intended_s"])
     out["queue_ms"] = _ms(df["admitted_s"], df["arrival_s"])
     out["context_ms"] = _ms(df["context_ready_s"], df["admitted_s"])
@@ -69,7 +95,9 @@ def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame
     out["decode_ms"] = _ms(df["last_token_s"], df["first_token_s"])
     # a server timeline with only the first token's time (a span join: `inferopt.measure.join`) while the
     # client got more tokens: decode runs from the first token to the server's done time, not zero
-    span_only = (pd.to_numeric(df["last_token_s"]) == pd.to_numeric(df["first_token_s"])) & (n > 1) & df["done_s"].notna()
+    span_only = (
+        (pd.to_numeric(df["last_token_s"]) == pd.to_numeric(df["first_token_s"])) & (n > 1) & df["done_s"].notna()
+    )
     out["decode_ms"] = out["decode_ms"].where(~span_only, _ms(df["done_s"], df["first_token_s"]))
     out["e2e_ms"] = _ms(df["client_done_s"], df["intended_s"])
     out["external_ms"] = pd.to_numeric(df["external_s"]) * 1000.0
@@ -90,8 +118,9 @@ def gil_handoff_ms() -> float:
     return 2000.0 * sys.getswitchinterval()
 
 
-def decomposition_check(phases: pd.DataFrame, abs_tol_ms: float | None = None, rel_tol: float = 0.05,
-                        min_share: float = 0.9) -> dict[str, float | bool]:
+def decomposition_check(
+    phases: pd.DataFrame, abs_tol_ms: float | None = None, rel_tol: float = 0.05, min_share: float = 0.9
+) -> dict[str, float | bool]:
     """Does TTFT = send_lag + Q + C + T_prefill + T_first (+ transport) add up on the ok requests (M3)?
 
     A request is within tolerance when |residual| <= max(abs_tol_ms, rel_tol x its TTFT (E2E)); abs_tol_ms

@@ -34,7 +34,7 @@ is noise in the very latencies the trial measures: with it, benchmarks/verdict_e
 planted 10 % TPOT regression 87.5 % of the time (A/A 5.0 %); without, 100 % (A/A 3.3 %).
 
 What this module deliberately does not do: device memory (NVML, `nvml.py`; torch.cuda elsewhere), per-op
-profiles (`inferopt.analysis.profile`), or attribution between processes that share this one's tree.
+profiles (`inferopt.locate.profile`), or attribution between processes that share this one's tree.
 """
 
 from __future__ import annotations
@@ -95,11 +95,12 @@ def usage_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 # --------------------------------------------------------------------------- the per-trial sampler
 
 DEFAULT_INTERVAL_S = 0.5
-DISCOVER_EVERY = 4            # samples between scans for new descendant processes
+DISCOVER_EVERY = 4  # samples between scans for new descendant processes
 
 
-def window_usage(samples: Sequence[dict[str, float]], start_s: float | None = None,
-                 end_s: float | None = None) -> dict[str, float]:
+def window_usage(
+    samples: Sequence[dict[str, float]], start_s: float | None = None, end_s: float | None = None
+) -> dict[str, float]:
     """Peak RSS and CPU time of sampled (t_s, rss_bytes, cpu_s[, own_maxrss_bytes]) rows, in time order,
     over [start_s, end_s] (None: the first / last sample). Pure.
 
@@ -118,10 +119,10 @@ def window_usage(samples: Sequence[dict[str, float]], start_s: float | None = No
     if hi < lo:
         raise ValueError(f"window ends before it starts: [{lo}, {hi}]")
     inside = (t >= lo) & (t <= hi)
-    if not inside.any():   # a window shorter than one interval: the samples on either side
+    if not inside.any():  # a window shorter than one interval: the samples on either side
         i = int(np.clip(np.searchsorted(t, lo), 1, len(t) - 1)) if len(t) > 1 else 0
         inside = np.zeros(len(t), dtype=bool)
-        inside[max(i - 1, 0): i + 1] = True
+        inside[max(i - 1, 0) : i + 1] = True
     peak = float(rss[inside].max())
     if "own_maxrss_bytes" in rows[0]:
         own = np.array([r["own_maxrss_bytes"] for r in rows], dtype=float)
@@ -131,8 +132,13 @@ def window_usage(samples: Sequence[dict[str, float]], start_s: float | None = No
             peak = max(peak, float(after))
     cpu_s = float(np.interp(hi, t, cpu) - np.interp(lo, t, cpu))
     wall = hi - lo
-    return {"peak_rss_bytes": peak, "cpu_time_s": cpu_s, "wall_s": wall,
-            "cpu_util": cpu_s / wall if wall > 0 else float("nan"), "samples": float(inside.sum())}
+    return {
+        "peak_rss_bytes": peak,
+        "cpu_time_s": cpu_s,
+        "wall_s": wall,
+        "cpu_util": cpu_s / wall if wall > 0 else float("nan"),
+        "samples": float(inside.sum()),
+    }
 
 
 def load_window(records: Sequence[Any]) -> tuple[float, float] | None:
@@ -157,12 +163,12 @@ class ResourceSampler:
         self.gpu_samples: list[dict[str, float]] = []
         self.gpu_status = "not available: GPU sampling off" if not gpu else ""
         self._want_gpu = gpu
-        self._children = children    # False: an in-process engine, nothing to discover (no /proc scans)
+        self._children = children  # False: an in-process engine, nothing to discover (no /proc scans)
         self._gpu: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._procs: dict[int, Any] = {}        # pid -> psutil.Process, descendants born after start
-        self._cpu_last: dict[int, float] = {}   # pid -> last CPU seconds read (kept after it exits)
+        self._procs: dict[int, Any] = {}  # pid -> psutil.Process, descendants born after start
+        self._cpu_last: dict[int, float] = {}  # pid -> last CPU seconds read (kept after it exits)
         self._old: set[int] = set()
         self._me: Any = None
         self._cpu0 = 0.0
@@ -230,10 +236,17 @@ class ResourceSampler:
                     self._cpu_last[pid] = ct.user + ct.system
                     rss += float(mem)
                 except psutil.Error:
-                    pass   # exited: its last CPU reading stays in the sum, its memory is gone
+                    pass  # exited: its last CPU reading stays in the sum, its memory is gone
             cpu = own.user + own.system - self._cpu0 + sum(self._cpu_last.values())
-            self.samples.append({"t_s": t, "rss_bytes": rss, "cpu_s": cpu, "processes": float(1 + len(self._procs)),
-                                 "own_maxrss_bytes": float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT)})
+            self.samples.append(
+                {
+                    "t_s": t,
+                    "rss_bytes": rss,
+                    "cpu_s": cpu,
+                    "processes": float(1 + len(self._procs)),
+                    "own_maxrss_bytes": float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT),
+                }
+            )
             if self._gpu is not None:
                 self.gpu_samples.append(self._gpu.read(t))
         except Exception as exc:  # noqa: BLE001 - sampling must never break the trial; the error is kept
@@ -259,8 +272,7 @@ class ResourceSampler:
         out["gpu"] = self.gpu_status
         if self.gpu_samples:
             lo, hi = window if window is not None else (-np.inf, np.inf)
-            out.update(aggregate_gpu_samples([s for s in self.gpu_samples if lo <= s["t_s"] <= hi]
-                                             or self.gpu_samples))
+            out.update(aggregate_gpu_samples([s for s in self.gpu_samples if lo <= s["t_s"] <= hi] or self.gpu_samples))
         if self.error:
             out["sampler_error"] = self.error
         return out

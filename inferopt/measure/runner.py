@@ -17,9 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.client.timer import make_timer
 from inferopt.engines.base import Engine, FinishEvent, GenRequest, RequestRejected, SentEvent, TokenEvent
 from inferopt.records import RecordSink, RequestRecord, now_s
+from inferopt.transport.timer import make_timer
 from inferopt.workload.build import prompt_token_ids
 
 
@@ -64,8 +64,15 @@ def materialize(table: pd.DataFrame, vocab_size: int, prompt_seed: int = 0) -> l
     ]
 
 
-async def send_one(engine: Engine, req: GenRequest, intended_s: float, timeout_s: float, tags: RunTags,
-                   warmup: bool = False, fired: Any = None) -> RequestRecord:
+async def send_one(
+    engine: Engine,
+    req: GenRequest,
+    intended_s: float,
+    timeout_s: float,
+    tags: RunTags,
+    warmup: bool = False,
+    fired: Any = None,
+) -> RequestRecord:
     """Send one request, collect its tokens; always returns a record, never raises.
 
     `fired`: what `engine.fire(req)` returned (its event iterator, or the exception it raised) when the
@@ -76,10 +83,19 @@ async def send_one(engine: Engine, req: GenRequest, intended_s: float, timeout_s
     `received_s` when the engine stamps it off the socket, else when it is consumed here).
     """
     rec = RequestRecord(
-        request_id=req.request_id, outcome="error", input_len=len(req.prompt_token_ids),
-        target_output_len=req.max_new_tokens, tenant=req.tenant, priority=req.priority,
-        prefix_group=req.prefix_group, intended_s=intended_s, run_tag=tags.run_tag, arm=tags.arm,
-        trial=tags.trial, scenario=tags.scenario, warmup=warmup,
+        request_id=req.request_id,
+        outcome="error",
+        input_len=len(req.prompt_token_ids),
+        target_output_len=req.max_new_tokens,
+        tenant=req.tenant,
+        priority=req.priority,
+        prefix_group=req.prefix_group,
+        intended_s=intended_s,
+        run_tag=tags.run_tag,
+        arm=tags.arm,
+        trial=tags.trial,
+        scenario=tags.scenario,
+        warmup=warmup,
     )
     chunk_s, chunk_tokens = rec.client_chunk_s, rec.client_chunk_tokens
     token_s, token_ids = rec.client_token_s, rec.output_token_ids
@@ -88,7 +104,7 @@ async def send_one(engine: Engine, req: GenRequest, intended_s: float, timeout_s
             rec.sent_s = now_s()
             if isinstance(fired, BaseException):
                 raise fired
-            async for event in (fired if fired is not None else engine.stream(req)):
+            async for event in fired if fired is not None else engine.stream(req):
                 if isinstance(event, TokenEvent):
                     t = event.received_s if event.received_s is not None else now_s()
                     n = len(event.token_ids)
@@ -133,7 +149,7 @@ async def run_open_loop(
     Warm-up: the first `warmup_requests` prompts are sent one at a time before the clock starts; their
     records are kept (flag `warmup=True`) and excluded from metrics.
 
-    Send-time precision: sends are started by a timer callback (`inferopt.client.timer`: a timerfd,
+    Send-time precision: sends are started by a timer callback (`inferopt.transport.timer`: a timerfd,
     ~0.1 ms and no spinning, where the OS has one; else the loop's timer, ~1 ms) that starts every request
     that is due and re-arms itself for the next one; an engine with a `fire(request)` method (HTTP) is
     sent to inside that callback, so the request is on the socket before the loop does anything else.
@@ -175,7 +191,7 @@ async def run_open_loop(
     all_started: asyncio.Future[None] = loop.create_future()
     timer = make_timer(loop)
     nxt = 0
-    fire = getattr(engine, "fire", None)   # HTTP engines send right here, in the timer callback
+    fire = getattr(engine, "fire", None)  # HTTP engines send right here, in the timer callback
 
     def _dispatch() -> None:
         # start every request that is due, then wake up again for the next one

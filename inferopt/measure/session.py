@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -52,9 +52,9 @@ class MeasuredRun:
     warmup_declared: int = 0
     failed: bool = False
     error: str | None = None
-    failed_at: str | None = None        # "start" (building or starting the engine) | "run" (replaying the load)
-    error_type: str | None = None       # the exception's class and its bases, e.g. "ModuleNotFoundError,ImportError"
-    join: dict[str, Any] = field(default_factory=dict)   # how server timings were joined (see module doc)
+    failed_at: str | None = None  # "start" (building or starting the engine) | "run" (replaying the load)
+    error_type: str | None = None  # the exception's class and its bases, e.g. "ModuleNotFoundError,ImportError"
+    join: dict[str, Any] = field(default_factory=dict)  # how server timings were joined (see module doc)
     aggregate_join: pd.DataFrame = field(default_factory=pd.DataFrame)  # per-run means when no per-request join
     # the serving process tree's peak RSS and CPU time over the measured load (+ NVML on GPUs, else a reason):
     # `inferopt.measure.resources.ResourceSampler.summary` — keys peak_rss_bytes, cpu_time_s, gpu, ...
@@ -70,11 +70,13 @@ def vocab_size_of(system: AnySystem) -> int:
         return system.vocab_size
     from inferopt.config.pooled import PooledSystem
 
-    if isinstance(system, PooledSystem):   # prompts are built once for all pools: they must share a vocabulary
+    if isinstance(system, PooledSystem):  # prompts are built once for all pools: they must share a vocabulary
         sizes = {vocab_size_of(p.system) for p in system.pools}
         if len(sizes) != 1:
-            raise ValueError(f"pooled system {system.name!r}: its pools have different vocabularies {sorted(sizes)}; "
-                             "fix: serve one model (tokenizer) in every pool")
+            raise ValueError(
+                f"pooled system {system.name!r}: its pools have different vocabularies {sorted(sizes)}; "
+                "fix: serve one model (tokenizer) in every pool"
+            )
         return sizes.pop()
     import json
 
@@ -99,28 +101,47 @@ async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
     nw = len(result.warmup_records)
     result.warmup_records, result.records = joined[:nw], joined[nw:]
     offset_after = clock_offset_s()
-    out: dict[str, Any] = {"kind": "per_request", "source": "spans", "n_ok": len(ids),
-                           "n_joined": sum(1 for r in ids if r in timings),
-                           "missing": [r for r in ids if r not in timings][:20]}
+    out: dict[str, Any] = {
+        "kind": "per_request",
+        "source": "spans",
+        "n_ok": len(ids),
+        "n_joined": sum(1 for r in ids if r in timings),
+        "missing": [r for r in ids if r not in timings][:20],
+    }
     if offset_before is not None:
         out["clock_drift_ms"] = 1000.0 * (offset_after - offset_before)
     return out
 
 
-async def _run(system: AnySystem, table: pd.DataFrame, tags: RunTags, sink: RecordSink | None,
-               timeout_s: float, warmup: int, prompt_seed: int,
-               wrap_engine: Callable[[Any], Any] | None = None) -> tuple[LoadResult, dict[str, Any]]:
+async def _run(
+    system: AnySystem,
+    table: pd.DataFrame,
+    tags: RunTags,
+    sink: RecordSink | None,
+    timeout_s: float,
+    warmup: int,
+    prompt_seed: int,
+    wrap_engine: Callable[[Any], Any] | None = None,
+) -> tuple[LoadResult, dict[str, Any]]:
     try:
         engine = make_engine(system)
-        if wrap_engine is not None:   # e.g. a client retry policy or a scheduled fault (inferopt.validation)
+        if wrap_engine is not None:  # e.g. a client retry policy or a scheduled fault (inferopt.validation)
             engine = wrap_engine(engine)
         await engine.start()
     except Exception as exc:  # re-raised, marked as a start failure
         raise _StartFailed() from exc
     try:
         offset_before = clock_offset_s()
-        result = await run_open_loop(engine, table, vocab_size=vocab_size_of(system), timeout_s=timeout_s, tags=tags,
-                                     sink=sink, prompt_seed=prompt_seed, warmup_requests=warmup)
+        result = await run_open_loop(
+            engine,
+            table,
+            vocab_size=vocab_size_of(system),
+            timeout_s=timeout_s,
+            tags=tags,
+            sink=sink,
+            prompt_seed=prompt_seed,
+            warmup_requests=warmup,
+        )
         result.engine_info = {**result.engine_info, **engine.info(), "_clock_offset_s": offset_before}
         join = await _join(engine, result)
         result.engine_info.pop("_clock_offset_s", None)
@@ -129,9 +150,17 @@ async def _run(system: AnySystem, table: pd.DataFrame, tags: RunTags, sink: Reco
         await engine.stop()
 
 
-def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout_s: float,
-               records_path: str | Path | None = None, warmup_requests: int = 0, prompt_seed: int = 0,
-               wrap_engine: Callable[[Any], Any] | None = None) -> MeasuredRun:
+def run_system(
+    system: AnySystem,
+    table: pd.DataFrame,
+    tags: RunTags,
+    *,
+    timeout_s: float,
+    records_path: str | Path | None = None,
+    warmup_requests: int = 0,
+    prompt_seed: int = 0,
+    wrap_engine: Callable[[Any], Any] | None = None,
+) -> MeasuredRun:
     """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
     `wrap_engine(engine)` returns the engine the runner drives (a wrapper that delegates to it)."""
     from inferopt.measure.resources import ResourceSampler, load_window
@@ -141,27 +170,36 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
     sampler = ResourceSampler(children=not isinstance(system, (FakeSystem, HFSystem, OpenAISystem)))
     try:
         with sampler:
-            result, join = asyncio.run(_run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed,
-                                            wrap_engine))
+            result, join = asyncio.run(
+                _run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine)
+            )
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
         stage = "run"
         if isinstance(exc, _StartFailed) and exc.__cause__ is not None:
             stage, exc = "start", exc.__cause__
         kinds = ",".join(k.__name__ for k in type(exc).__mro__ if k not in (BaseException, Exception, object))
         tb = "".join(traceback.format_exception(exc, limit=5))
-        return MeasuredRun(tags=tags, failed=True, error=f"{type(exc).__name__}: {exc}\n{tb}", failed_at=stage,
-                           error_type=kinds, resources=sampler.summary())
+        return MeasuredRun(
+            tags=tags,
+            failed=True,
+            error=f"{type(exc).__name__}: {exc}\n{tb}",
+            failed_at=stage,
+            error_type=kinds,
+            resources=sampler.summary(),
+        )
     finally:
         if sink:
             sink.close()
     if join.get("kind") == "per_request" and records_path:
         rewrite_records(records_path, result.warmup_records + result.records)
-    delta = {k: result.server_metrics_after.get(k, 0.0) - result.server_metrics_before.get(k, 0.0)
-             for k in result.server_metrics_after}
+    delta = {
+        k: result.server_metrics_after.get(k, 0.0) - result.server_metrics_before.get(k, 0.0)
+        for k in result.server_metrics_after
+    }
     phases = phase_table(result.records)
     agg = pd.DataFrame()
     if join.get("kind") == "none" and delta:
-        from inferopt.engines.vllm_serve import vllm_metrics
+        from inferopt.engines.vllm.serve import vllm_metrics
 
         flat = vllm_metrics(delta) if any(k.startswith("vllm:") for k in delta) else delta
         agg = aggregate_join(phases, flat)
@@ -170,7 +208,14 @@ def run_system(system: AnySystem, table: pd.DataFrame, tags: RunTags, *, timeout
         else:
             agg = pd.DataFrame()
     return MeasuredRun(
-        tags=tags, records=result.records, phases=phases, duration_s=result.duration_s,
-        engine_info=result.engine_info, server_metrics=delta, warmup_declared=len(result.warmup_records),
-        join=join, aggregate_join=agg, resources=sampler.summary(load_window(result.records)),
+        tags=tags,
+        records=result.records,
+        phases=phases,
+        duration_s=result.duration_s,
+        engine_info=result.engine_info,
+        server_metrics=delta,
+        warmup_declared=len(result.warmup_records),
+        join=join,
+        aggregate_join=agg,
+        resources=sampler.summary(load_window(result.records)),
     )

@@ -4,7 +4,7 @@ cache hit, then summarise TTFT / TPOT / E2E and the phases as p50 / p95 / p99 in
 Bucket edges are fixed from the *workload* (not from each arm's measurements), so two arms replaying the
 same workload are sliced identically and their tables concatenate.
 
-Deliberately not here: statistical comparison between arms (`inferopt.analysis.stats`).
+Deliberately not here: statistical comparison between arms (`inferopt.stats.inference`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class SliceEdges:
 
 def edges_from_workload(workload: pd.DataFrame) -> SliceEdges:
     """Tercile edges of the workload's own input and output lengths (short / medium / long)."""
+
     def terciles(col: str) -> tuple[float, ...]:
         qs = np.unique(np.quantile(workload[col].to_numpy(float), [1 / 3, 2 / 3]))
         return tuple(float(q) for q in qs)
@@ -38,7 +39,11 @@ def edges_from_workload(workload: pd.DataFrame) -> SliceEdges:
 def _bucket(values: pd.Series, edges: tuple[float, ...], names: tuple[str, ...] | None = None) -> pd.Series:
     bins = [-np.inf, *edges, np.inf]
     if names is None or len(names) != len(bins) - 1:
-        labels = [f"<={edges[0]:g}"] + [f"({a:g},{b:g}]" for a, b in zip(edges, edges[1:])] + [f">{edges[-1]:g}"] if edges else ["all"]
+        labels = (
+            [f"<={edges[0]:g}"] + [f"({a:g},{b:g}]" for a, b in zip(edges, edges[1:], strict=False)] + [f">{edges[-1]:g}"]
+            if edges
+            else ["all"]
+        )
     else:
         labels = list(names)
     return pd.cut(values.astype(float), bins=bins, labels=labels).astype(str)
@@ -48,14 +53,20 @@ def add_slices(phases: pd.DataFrame, edges: SliceEdges) -> pd.DataFrame:
     out = phases.copy()
     size_names = ("short", "medium", "long")
     out["input_bucket"] = _bucket(out["input_len"], edges.input_len, size_names if len(edges.input_len) == 2 else None)
-    out["output_bucket"] = _bucket(out["target_output_len"], edges.output_len, size_names if len(edges.output_len) == 2 else None)
+    out["output_bucket"] = _bucket(
+        out["target_output_len"], edges.output_len, size_names if len(edges.output_len) == 2 else None
+    )
     out["concurrency_bucket"] = _bucket(out["concurrency"], edges.concurrency)
     out["cache_hit"] = out["cache_hit"].map({True: "hit", False: "miss"})
     return out
 
 
-def summarize(phases: pd.DataFrame, group: tuple[str, ...] = ("arm",), metrics: tuple[str, ...] = LATENCY_METRICS,
-              slice_dims: tuple[str, ...] = SLICE_DIMS) -> pd.DataFrame:
+def summarize(
+    phases: pd.DataFrame,
+    group: tuple[str, ...] = ("arm",),
+    metrics: tuple[str, ...] = LATENCY_METRICS,
+    slice_dims: tuple[str, ...] = SLICE_DIMS,
+) -> pd.DataFrame:
     """Long table: group cols…, slice_dim, slice_value, metric, stat, value, unit.
 
     slice_dim 'all' is the whole run; latency stats are over ok requests only; counts and rates of every
@@ -64,12 +75,15 @@ def summarize(phases: pd.DataFrame, group: tuple[str, ...] = ("arm",), metrics: 
     rows: list[dict] = []
     group = tuple(g for g in group if g in phases.columns)
     views = [("all", "all", phases)] + [
-        (dim, str(value), sub) for dim in slice_dims if dim in phases.columns for value, sub in phases.groupby(dim, observed=True)
+        (dim, str(value), sub)
+        for dim in slice_dims
+        if dim in phases.columns
+        for value, sub in phases.groupby(dim, observed=True)
     ]
     for dim, value, view in views:
-        for keys, sub in (view.groupby(list(group), observed=True) if group else [((), view)]):
+        for keys, sub in view.groupby(list(group), observed=True) if group else [((), view)]:
             keys = keys if isinstance(keys, tuple) else (keys,)
-            base = dict(zip(group, keys), slice_dim=dim, slice_value=value)
+            base = dict(zip(group, keys, strict=False), slice_dim=dim, slice_value=value)
             ok = sub[sub["outcome"] == "ok"]
             rows.append({**base, "metric": "requests", "stat": "count", "value": float(len(sub)), "unit": "req"})
             for outcome in ("ok", "timeout", "rejected", "error"):
@@ -78,10 +92,24 @@ def summarize(phases: pd.DataFrame, group: tuple[str, ...] = ("arm",), metrics: 
             for metric in metrics:
                 vals = ok[metric].dropna().to_numpy(float) if metric in ok else np.array([])
                 for q in QUANTILES:
-                    rows.append({**base, "metric": metric, "stat": f"p{int(q * 100)}",
-                                 "value": float(np.quantile(vals, q)) if len(vals) else float("nan"), "unit": "ms"})
-                rows.append({**base, "metric": metric, "stat": "mean",
-                             "value": float(vals.mean()) if len(vals) else float("nan"), "unit": "ms"})
+                    rows.append(
+                        {
+                            **base,
+                            "metric": metric,
+                            "stat": f"p{int(q * 100)}",
+                            "value": float(np.quantile(vals, q)) if len(vals) else float("nan"),
+                            "unit": "ms",
+                        }
+                    )
+                rows.append(
+                    {
+                        **base,
+                        "metric": metric,
+                        "stat": "mean",
+                        "value": float(vals.mean()) if len(vals) else float("nan"),
+                        "unit": "ms",
+                    }
+                )
     return pd.DataFrame(rows, columns=[*group, "slice_dim", "slice_value", "metric", "stat", "value", "unit"])
 
 

@@ -24,8 +24,8 @@ class MeasureResult:
     run: MeasuredRun
     workload: pd.DataFrame
     edges: SliceEdges
-    phases: pd.DataFrame            # one row per request, with slice columns
-    summary: pd.DataFrame           # long: slice_dim, slice_value, metric, stat, value, unit
+    phases: pd.DataFrame  # one row per request, with slice columns
+    summary: pd.DataFrame  # long: slice_dim, slice_value, metric, stat, value, unit
     headline: dict[str, float]
     decomposition: dict[str, float | bool]
     resources: dict = field(default_factory=dict)  # this process's CPU time and RSS around the run (resources.py)
@@ -35,15 +35,26 @@ def measure(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "") 
     table = build_workload(candidate.workload)
     edges = edges_from_workload(table)
     before = process_usage()
-    run = run_system(candidate.baseline, table, RunTags(run_tag=run_tag, arm="baseline", scenario="measure"),
-                     timeout_s=candidate.workload.timeout_s, records_path=Path(out_dir) / "requests.jsonl",
-                     warmup_requests=candidate.measure.warmup_requests, prompt_seed=candidate.workload.seed)
+    run = run_system(
+        candidate.baseline,
+        table,
+        RunTags(run_tag=run_tag, arm="baseline", scenario="measure"),
+        timeout_s=candidate.workload.timeout_s,
+        records_path=Path(out_dir) / "requests.jsonl",
+        warmup_requests=candidate.measure.warmup_requests,
+        prompt_seed=candidate.workload.seed,
+    )
     resources = usage_delta(before, process_usage())
     if run.failed:
         raise RuntimeError(f"measure: the baseline could not be measured: {run.error}")
     phases = add_slices(run.phases, edges)
     return MeasureResult(
-        run=run, workload=table, edges=edges, phases=phases,
-        summary=summarize(phases, group=("arm",)), headline=headline(phases, run.duration_s),
-        decomposition=decomposition_check(phases), resources=resources,
+        run=run,
+        workload=table,
+        edges=edges,
+        phases=phases,
+        summary=summarize(phases, group=("arm",)),
+        headline=headline(phases, run.duration_s),
+        decomposition=decomposition_check(phases),
+        resources=resources,
     )

@@ -53,7 +53,9 @@ def build_byte_tokenizer(vocab_size: int):
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", 1)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", pair="<bos> $A $B", special_tokens=[("<bos>", 1)]
+    )
     tok.add_special_tokens(list(SPECIAL_TOKENS) + [f"<extra_{i}>" for i in range(n_fill)])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", padding_side="left"
@@ -86,7 +88,9 @@ def build_model_dir(name: str, out_dir: Path | None = None, force: bool = False)
     model.generation_config.eos_token_id = cfg.eos_token_id
     model.save_pretrained(out_dir)
     build_byte_tokenizer(cfg.vocab_size).save_pretrained(out_dir)
-    stamp.write_text(json.dumps({"name": name, "spec_hash": digest, "params": sum(p.numel() for p in model.parameters())}))
+    stamp.write_text(
+        json.dumps({"name": name, "spec_hash": digest, "params": sum(p.numel() for p in model.parameters())})
+    )
     return out_dir
 
 

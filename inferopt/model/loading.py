@@ -7,7 +7,7 @@ The quantization and KV-cache knobs of an HFSystem map to transformers' own conf
 QuantoConfig, TorchAoConfig; QuantizedCache arguments; a config override for the sliding window), so the
 engine, the profiler and the evaluators load the same model.
 
-Deliberately not here: building cache objects per batch (`inferopt.engines.hf_loop.make_cache`) and
+Deliberately not here: building cache objects per batch (`inferopt.engines.hf.loop.make_cache`) and
 measuring bytes (`inferopt.model.memory`).
 """
 
@@ -40,7 +40,7 @@ def resolve_model_dir(spec: ModelSpec) -> Path:
         from inferopt.model.build import build_model_dir
         from inferopt.model.builtin import shipped_dir
 
-        name = spec.path[len(BUILTIN_PREFIX):]
+        name = spec.path[len(BUILTIN_PREFIX) :]
         return shipped_dir(name) or build_model_dir(name)
     return Path(spec.path)
 
@@ -76,14 +76,21 @@ def quantization_config(weight_quantization: str, double_quant: bool = False) ->
         from transformers import TorchAoConfig
 
         return TorchAoConfig(quant_type=Int8WeightOnlyConfig())
-    raise ValueError(f"weight_quantization {weight_quantization!r}: unknown; fix: none, bnb-int8|nf4|fp4, "
-                     "quanto-int8|int4|int2, torchao-int8")
+    raise ValueError(
+        f"weight_quantization {weight_quantization!r}: unknown; fix: none, bnb-int8|nf4|fp4, "
+        "quanto-int8|int4|int2, torchao-int8"
+    )
 
 
 # kv_cache setting -> (QuantizedCache backend, bits); bits None = the backend takes none (fp8: per-tensor scale)
 QUANTIZED_KV = {
-    "quanto-int2": ("quanto", 2), "quanto-int4": ("quanto", 4), "quantized-int2": ("quanto", 2),
-    "quantized-int4": ("quanto", 4), "hqq-int2": ("hqq", 2), "hqq-int4": ("hqq", 4), "hqq-int8": ("hqq", 8),
+    "quanto-int2": ("quanto", 2),
+    "quanto-int4": ("quanto", 4),
+    "quantized-int2": ("quanto", 2),
+    "quantized-int4": ("quanto", 4),
+    "hqq-int2": ("hqq", 2),
+    "hqq-int4": ("hqq", 4),
+    "hqq-int8": ("hqq", 8),
     "fp8": ("fp8", None),
 }
 
@@ -119,8 +126,10 @@ def sliding_window_support(model_dir: Path) -> str | None:
     except (KeyError, ValueError):
         return f"model type {model_type!r} is unknown to transformers"
     if not hasattr(default, "sliding_window"):
-        return (f"model type {model_type!r} has no sliding-window attention in transformers (its config has no "
-                "sliding_window field); fix: a model with one (e.g. Mistral, Qwen2), or drop sliding_window")
+        return (
+            f"model type {model_type!r} has no sliding-window attention in transformers (its config has no "
+            "sliding_window field); fix: a model with one (e.g. Mistral, Qwen2), or drop sliding_window"
+        )
     return None
 
 
@@ -128,10 +137,16 @@ def load_system_model(system: Any, **kwargs: Any) -> LoadedModel:
     """Load an HFSystem's model with every loading knob it has (dtype, attention, device, weight quantization,
     sliding window), and make `generate` use its KV-cache setting — so evaluators (lm-eval, drift) see the
     model as served."""
-    loaded = load_model(system.model, dtype=system.dtype, attn_implementation=system.attn_implementation,
-                        device=system.device, weight_quantization=getattr(system, "weight_quantization", "none"),
-                        double_quant=getattr(system, "bnb_double_quant", False),
-                        sliding_window=getattr(system, "sliding_window", None), **kwargs)
+    loaded = load_model(
+        system.model,
+        dtype=system.dtype,
+        attn_implementation=system.attn_implementation,
+        device=system.device,
+        weight_quantization=getattr(system, "weight_quantization", "none"),
+        double_quant=getattr(system, "bnb_double_quant", False),
+        sliding_window=getattr(system, "sliding_window", None),
+        **kwargs,
+    )
     kv = getattr(system, "kv_cache", "dynamic")
     qkw = quantized_cache_kwargs(kv, getattr(system, "kv_residual_length", 128))
     if qkw is not None:
@@ -142,9 +157,15 @@ def load_system_model(system: Any, **kwargs: Any) -> LoadedModel:
     return loaded
 
 
-def load_model(spec: ModelSpec, dtype: str = "float32", attn_implementation: str = "sdpa", device: str = "cpu",
-               weight_quantization: str = "none", double_quant: bool = False,
-               sliding_window: int | None = None) -> LoadedModel:
+def load_model(
+    spec: ModelSpec,
+    dtype: str = "float32",
+    attn_implementation: str = "sdpa",
+    device: str = "cpu",
+    weight_quantization: str = "none",
+    double_quant: bool = False,
+    sliding_window: int | None = None,
+) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging

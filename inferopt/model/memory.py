@@ -109,8 +109,10 @@ class KVMeter:
         rather than zero bytes that would read as a saving)."""
         out: dict[str, Any] = {}
         if self._positions_sum:
-            out = {"kv_peak_bytes": self.peak_bytes,
-                   "kv_bytes_per_token": kv_bytes_per_token(self._bytes_sum, self._positions_sum)}
+            out = {
+                "kv_peak_bytes": self.peak_bytes,
+                "kv_bytes_per_token": kv_bytes_per_token(self._bytes_sum, self._positions_sum),
+            }
         if cuda:
             out["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
             out["peak_memory_source"] = "torch.cuda.max_memory_allocated since start (weights, KV, activations)"

@@ -1,6 +1,6 @@
 """Rebuild the HTML report of a past run from its results directory (no MLflow needed):
 
-    python -m inferopt.report results/<run_id> [-o report.html]
+python -m inferopt.report results/<run_id> [-o report.html]
 """
 
 from __future__ import annotations

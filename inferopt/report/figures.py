@@ -55,8 +55,9 @@ def _ordered(values: list) -> list:
     return sorted(values, key=slice_sort_key)
 
 
-def cdf_grid(phases: pd.DataFrame, metrics: tuple[str, ...] = CDF_METRICS,
-             dims: tuple[str, ...] = SLICE_DIMS) -> plt.Figure | None:
+def cdf_grid(
+    phases: pd.DataFrame, metrics: tuple[str, ...] = CDF_METRICS, dims: tuple[str, ...] = SLICE_DIMS
+) -> plt.Figure | None:
     """One panel per (metric, slice dimension): an empirical CDF per slice value over the ok requests,
     with the p50 and p99 levels dotted. None when there is nothing to plot."""
     if phases is None or phases.empty or "outcome" not in phases:
@@ -74,7 +75,9 @@ def cdf_grid(phases: pd.DataFrame, metrics: tuple[str, ...] = CDF_METRICS,
             for value in _ordered(list(keys.unique())):
                 vals = np.sort(ok.loc[keys == value, metric].dropna().to_numpy(float))
                 if len(vals):
-                    ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=f"{value} (n={len(vals)})")
+                    ax.step(
+                        vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=f"{value} (n={len(vals)})"
+                    )
             for q in (0.5, 0.99):
                 ax.axhline(q, color="grey", lw=0.5, ls=":")
             ax.set_ylim(0, 1.02)
@@ -99,8 +102,14 @@ def quality_forest(slices: pd.DataFrame) -> plt.Figure | None:
     y = np.arange(len(df))
     fig, ax = plt.subplots(figsize=(7, 0.32 * max(4, len(df)) + 1))
     status = df["status"].astype(str) if "status" in df else pd.Series(["?"] * len(df))
-    colours = ["tab:red" if s.startswith(("fail", "inferior")) else "tab:green" if s.startswith(("pass", "non")) else "tab:grey"
-               for s in status]
+    colours = [
+        "tab:red"
+        if s.startswith(("fail", "inferior"))
+        else "tab:green"
+        if s.startswith(("pass", "non"))
+        else "tab:grey"
+        for s in status
+    ]
     lo = (df["diff"] - df["ci_lo"]).clip(lower=0)
     hi = (df["ci_hi"] - df["diff"]).clip(lower=0)
     ax.errorbar(df["diff"], y, xerr=[lo, hi], fmt="none", ecolor="grey")
@@ -109,7 +118,7 @@ def quality_forest(slices: pd.DataFrame) -> plt.Figure | None:
     if "margin" in df and df["margin"].notna().any():
         ax.axvline(-float(df["margin"].max()), color="tab:red", lw=0.8, ls="--", label="−margin")
         ax.legend(fontsize=7, loc="lower right")
-    ax.set_yticks(y, [f"{s} · {m}" for s, m in zip(df["slice"], df["metric"])], fontsize=7)
+    ax.set_yticks(y, [f"{s} · {m}" for s, m in zip(df["slice"], df["metric"], strict=False)], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("candidate − baseline (paired 95% CI)", fontsize=8)
     ax.set_title("Quality per slice", fontsize=10)

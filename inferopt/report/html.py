@@ -72,22 +72,26 @@ def _reason_lines(lines: list[str]) -> str:
         if body.startswith(("ACCEPT", "REJECT", "INCONCLUSIVE")):
             cls = status_class(body.split()[0].rstrip(":"))
         classes = " ".join(c for c in (cls, "top" if indent == 0 else "") if c)
-        attr = f" class=\"{classes}\"" if classes else ""
-        out.append(f"<div style=\"padding-left:{indent * 18}px\"{attr}>{esc(body)}</div>")
-    return f"<div class=\"reasons\">{''.join(out)}</div>"
+        attr = f' class="{classes}"' if classes else ""
+        out.append(f'<div style="padding-left:{indent * 18}px"{attr}>{esc(body)}</div>')
+    return f'<div class="reasons">{"".join(out)}</div>'
 
 
 def _verdict_section(run: RunData) -> str:
     v = run.verdict
     if not v:
-        return ("<div class=\"banner none\">NO VERDICT<small>verdict.json is missing: the run stopped before the "
-                "verdict (see the MLflow run's status and the steps below for what did run)</small></div>")
+        return (
+            '<div class="banner none">NO VERDICT<small>verdict.json is missing: the run stopped before the '
+            "verdict (see the MLflow run's status and the steps below for what did run)</small></div>"
+        )
     decision = str(v.get("decision", "unknown"))
     reasons = [str(r) for r in v.get("reasons", [])]
     headline = reasons[0] if reasons else ""
-    parts = [f"<div class=\"banner {esc(decision)}\">VERDICT: {esc(decision.upper())}<small>{esc(headline)}</small></div>"]
+    parts = [
+        f'<div class="banner {esc(decision)}">VERDICT: {esc(decision.upper())}<small>{esc(headline)}</small></div>'
+    ]
     for w in v.get("warnings", []) or []:
-        parts.append(f"<div class=\"warning\">WARNING: {esc(w)}</div>")
+        parts.append(f'<div class="warning">WARNING: {esc(w)}</div>')
     parts.append("<h3>Reasons</h3>" + _reason_lines(reasons[1:] if headline else reasons))
     parts.append(_glance(run))
     lint = run.lint
@@ -98,11 +102,16 @@ def _verdict_section(run: RunData) -> str:
         body = table_html(findings, caption="findings") if not findings.empty else "<p>no findings</p>"
         allow = lint.get("allow") or []
         if allow:
-            body += f"<p class=\"warning\">lint.allow: {esc(', '.join(allow))} — reason: {esc(lint.get('allow_reason'))}</p>"
-        parts.append(details(f"Benchmark-cheat lint (SPEC V4): {lint.get('status', '?')}", body,
-                             open_=lint.get("status") != "clean"))
+            body += (
+                f'<p class="warning">lint.allow: {esc(", ".join(allow))} — reason: {esc(lint.get("allow_reason"))}</p>'
+            )
+        parts.append(
+            details(
+                f"Benchmark-cheat lint (SPEC V4): {lint.get('status', '?')}", body, open_=lint.get("status") != "clean"
+            )
+        )
     else:
-        parts.append("<p class=\"missing\">lint.json is missing: the cheat lint did not run.</p>")
+        parts.append('<p class="missing">lint.json is missing: the cheat lint did not run.</p>')
     return "".join(parts)
 
 
@@ -112,25 +121,42 @@ def _glance(run: RunData) -> str:
     rows: list[dict[str, Any]] = []
     head = ev.get("measure", {}).get("headline", {})
     if head:
-        rows.append({"step": "measure", "outcome": f"TTFT p99 {head.get('ttft_ms_p99', float('nan')):.4g} ms, "
-                     f"TPOT p95 {head.get('tpot_ms_p95', float('nan')):.4g} ms, "
-                     f"{head.get('output_tok_per_s', float('nan')):.4g} tok/s, ok rate {head.get('ok_rate', float('nan')):.3g}"})
+        rows.append(
+            {
+                "step": "measure",
+                "outcome": f"TTFT p99 {head.get('ttft_ms_p99', float('nan')):.4g} ms, "
+                f"TPOT p95 {head.get('tpot_ms_p95', float('nan')):.4g} ms, "
+                f"{head.get('output_tok_per_s', float('nan')):.4g} tok/s, ok rate {head.get('ok_rate', float('nan')):.3g}",
+            }
+        )
     loc = ev.get("locate", {})
     if loc:
         rows.append({"step": "locate", "outcome": f"{loc.get('cause')} (confidence {loc.get('confidence')})"})
     ch = ev.get("choose", {})
     if ch:
-        rows.append({"step": "choose", "outcome": "matches the cause" if ch.get("matches") else "does NOT match the cause"})
+        rows.append(
+            {"step": "choose", "outcome": "matches the cause" if ch.get("matches") else "does NOT match the cause"}
+        )
     ab = run.step("ablate")
     arm_verdicts = ab.docs.get("arm_verdicts", {}) if ab else {}
     if isinstance(arm_verdicts, dict) and arm_verdicts:
-        rows.append({"step": "ablate", "outcome": "; ".join(f"{a}: {d.get('verdict')}" for a, d in arm_verdicts.items()
-                                                          if isinstance(d, dict))})
+        rows.append(
+            {
+                "step": "ablate",
+                "outcome": "; ".join(
+                    f"{a}: {d.get('verdict')}" for a, d in arm_verdicts.items() if isinstance(d, dict)
+                ),
+            }
+        )
     val = run.step("validate")
     sc = val.tables.get("scenarios") if val else None
     if sc is not None and not sc.empty and "passed" in sc:
-        rows.append({"step": "validate", "outcome": "; ".join(f"{r.scenario}: {'pass' if r.passed else 'fail'}"
-                                                            for r in sc.itertuples())})
+        rows.append(
+            {
+                "step": "validate",
+                "outcome": "; ".join(f"{r.scenario}: {'pass' if r.passed else 'fail'}" for r in sc.itertuples()),
+            }
+        )
     g = ev.get("gate", {})
     if g:
         rows.append({"step": "gate", "outcome": f"quality: {g.get('quality')}; cost: {g.get('cost')}"})
@@ -138,9 +164,11 @@ def _glance(run: RunData) -> str:
 
 
 def _figure(name: str, png: bytes, wide: bool = False) -> str:
-    cls = " class=\"wide\"" if wide else ""
-    return (f"<figure{cls}><img alt=\"{esc(name)}\" src=\"{figures.png_data_uri(png)}\">"
-            f"<figcaption>{esc(name)}</figcaption></figure>")
+    cls = ' class="wide"' if wide else ""
+    return (
+        f'<figure{cls}><img alt="{esc(name)}" src="{figures.png_data_uri(png)}">'
+        f"<figcaption>{esc(name)}</figcaption></figure>"
+    )
 
 
 def _render_parts(parts: list[Part]) -> str:
@@ -150,11 +178,11 @@ def _render_parts(parts: list[Part]) -> str:
             figs.append(_figure(p.title, p.png, wide=p.wide))
             continue
         if figs:
-            out.append(f"<div class=\"figs\">{''.join(figs)}</div>")
+            out.append(f'<div class="figs">{"".join(figs)}</div>')
             figs = []
         out.append(p.html)
     if figs:
-        out.append(f"<div class=\"figs\">{''.join(figs)}</div>")
+        out.append(f'<div class="figs">{"".join(figs)}</div>')
     return "".join(out)
 
 
@@ -170,16 +198,18 @@ def _rest(step: StepData, used: set[str]) -> str:
             html += details(f"{name}.json", kv_html(doc if isinstance(doc, dict) else {"value": doc}))
     if step.bulk:
         files = ", ".join(f"{n} ({r} rows)" if r is not None else n for n, r in step.bulk.items())
-        html += f"<p class=\"meta\">Raw data in <code>{esc(step.name)}/</code> (not shown): {esc(files)}</p>"
+        html += f'<p class="meta">Raw data in <code>{esc(step.name)}/</code> (not shown): {esc(files)}</p>'
     return html
 
 
 def _step_section(key: str, step: StepData | None, run: RunData) -> str:
     title = TITLES.get(key, step.name if step else key)
-    head = f"<h2 id=\"{esc(key)}\">{esc(title)}</h2>"
+    head = f'<h2 id="{esc(key)}">{esc(title)}</h2>'
     if step is None:
-        return head + (f"<p class=\"missing\">Not in this run: no <code>{esc(key)}</code> step directory (the run "
-                       "stopped before this step, or it was skipped).</p>")
+        return head + (
+            f'<p class="missing">Not in this run: no <code>{esc(key)}</code> step directory (the run '
+            "stopped before this step, or it was skipped).</p>"
+        )
     builder: Callable[[StepData, RunData], tuple[list[Part], set[str]]] | None = SECTIONS.get(key)
     parts, used = builder(step, run) if builder else ([], set())
     return head + _render_parts(parts) + _rest(step, used)
@@ -197,7 +227,7 @@ def _candidate_meta(run: RunData) -> str:
         bits.append(f"engine: {esc(base.get('engine'))}")
     if run.arms:
         bits.append("arms: " + esc(", ".join(run.arms)))
-    return "<p class=\"meta\">" + " · ".join(bits) + "</p>"
+    return '<p class="meta">' + " · ".join(bits) + "</p>"
 
 
 def build_report(run: RunData, title: str | None = None) -> str:
@@ -205,14 +235,24 @@ def build_report(run: RunData, title: str | None = None) -> str:
     name = (run.candidate or {}).get("name") or run.run_id
     title = title or f"inferopt report — {name}"
     keys = list(STEP_ORDER) + [k for k in run.steps if k not in STEP_ORDER]
-    nav = "".join(f"<a href=\"#{esc(k)}\">{esc(TITLES.get(k, k).split(' — ')[0])}</a>" for k in keys)
-    body = [f"<h1>{esc(title)}</h1>", _candidate_meta(run), f"<nav><a href=\"#verdict\">Verdict</a>{nav}</nav>",
-            "<h2 id=\"verdict\">Verdict</h2>", _verdict_section(run)]
+    nav = "".join(f'<a href="#{esc(k)}">{esc(TITLES.get(k, k).split(" — ")[0])}</a>' for k in keys)
+    body = [
+        f"<h1>{esc(title)}</h1>",
+        _candidate_meta(run),
+        f'<nav><a href="#verdict">Verdict</a>{nav}</nav>',
+        '<h2 id="verdict">Verdict</h2>',
+        _verdict_section(run),
+    ]
     body += [_step_section(k, run.step(k), run) for k in keys]
     if run.docs:
-        body.append("<h2 id=\"other\">Other documents</h2>" +
-                    "".join(details(f"{n}.json", kv_html(d if isinstance(d, dict) else {"value": d}))
-                            for n, d in run.docs.items()))
-    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
-            f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>")
+        body.append(
+            '<h2 id="other">Other documents</h2>'
+            + "".join(
+                details(f"{n}.json", kv_html(d if isinstance(d, dict) else {"value": d})) for n, d in run.docs.items()
+            )
+        )
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc(title)}</title>'
+        f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>"
+    )

@@ -52,8 +52,9 @@ def latency_cdf(phases: pd.DataFrame, metric: str = "ttft_ms", by: str = "arm") 
     return fig
 
 
-def roofline(roof: pd.DataFrame, peak_flops_per_s: float, bandwidth_bytes_per_s: float,
-             measured: pd.DataFrame | None = None) -> plt.Figure:
+def roofline(
+    roof: pd.DataFrame, peak_flops_per_s: float, bandwidth_bytes_per_s: float, measured: pd.DataFrame | None = None
+) -> plt.Figure:
     """The roofline with each phase's arithmetic intensity; measured points (achieved FLOP/s) if given."""
     ai = np.logspace(-2, 4, 200)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -64,7 +65,9 @@ def roofline(roof: pd.DataFrame, peak_flops_per_s: float, bandwidth_bytes_per_s:
     if measured is not None:
         for _, r in measured.iterrows():
             ax.scatter([r["ai_flop_per_byte"]], [r["achieved_flop_per_s"]], marker="x", s=40, color="red")
-            ax.annotate(f"{r['phase']} measured", (r["ai_flop_per_byte"], r["achieved_flop_per_s"]), fontsize=7, color="red")
+            ax.annotate(
+                f"{r['phase']} measured", (r["ai_flop_per_byte"], r["achieved_flop_per_s"]), fontsize=7, color="red"
+            )
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("FLOP/s")
     ax.set_title("Roofline: ceilings (o) and measured (x)")
@@ -76,11 +79,16 @@ def forest(effects: pd.DataFrame) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6, 0.45 * max(3, len(effects)) + 1))
     y = np.arange(len(effects))
     colors = effects["direction"].map({"better": "tab:green", "worse": "tab:red"}).fillna("tab:grey")
-    ax.errorbar(effects["ratio"], y, xerr=[effects["ratio"] - effects["ratio_lo"], effects["ratio_hi"] - effects["ratio"]],
-                fmt="none", ecolor="grey")
+    ax.errorbar(
+        effects["ratio"],
+        y,
+        xerr=[effects["ratio"] - effects["ratio_lo"], effects["ratio_hi"] - effects["ratio"]],
+        fmt="none",
+        ecolor="grey",
+    )
     ax.scatter(effects["ratio"], y, c=list(colors), zorder=3)
     ax.axvline(1.0, color="black", lw=0.8)
-    ax.set_yticks(y, [f"{a}: {m}" for a, m in zip(effects["arm"], effects["metric"])], fontsize=8)
+    ax.set_yticks(y, [f"{a}: {m}" for a, m in zip(effects["arm"], effects["metric"], strict=False)], fontsize=8)
     ax.set_xlabel("arm / baseline (95% bootstrap CI)")
     ax.set_title("Ablation effects")
     return fig

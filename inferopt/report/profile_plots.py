@@ -1,4 +1,4 @@
-"""Figure for the op profile (`inferopt.analysis.profile`): one stacked bar per phase, the share of the
+"""Figure for the op profile (`inferopt.locate.profile`): one stacked bar per phase, the share of the
 phase's time in attention / matmul / other ops / host, with the time per forward on top.
 
 Deliberately not here: the numbers (profile.py computes them) and the run's other figures (plots.py).

@@ -48,10 +48,10 @@ class RunData:
     verdict: dict[str, Any] | None = None
     lint: dict[str, Any] | None = None
     candidate: dict[str, Any] | None = None
-    steps: dict[str, StepData] = field(default_factory=dict)   # by step key ('measure', ...), in directory order
-    phases: pd.DataFrame | None = None                          # the measure step's per-request phases
-    docs: dict[str, Any] = field(default_factory=dict)          # other top-level JSON documents
-    arms: list[str] = field(default_factory=list)               # arm directory names
+    steps: dict[str, StepData] = field(default_factory=dict)  # by step key ('measure', ...), in directory order
+    phases: pd.DataFrame | None = None  # the measure step's per-request phases
+    docs: dict[str, Any] = field(default_factory=dict)  # other top-level JSON documents
+    arms: list[str] = field(default_factory=list)  # arm directory names
 
     def step(self, key: str) -> StepData | None:
         return self.steps.get(key)

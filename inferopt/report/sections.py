@@ -19,7 +19,7 @@ from inferopt.report.tables import details, esc, kv_html, status_class, table_ht
 
 @dataclass
 class Part:
-    kind: str            # "html" | "figure"
+    kind: str  # "html" | "figure"
     html: str = ""
     title: str = ""
     png: bytes = b""
@@ -40,7 +40,7 @@ SLICE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms", "deco
 
 def _status_line(label: str, status: Any, reasons: list[str] | None = None) -> str:
     text = str(status)
-    out = f"<p class=\"big\">{esc(label)}: <span class=\"{status_class(text)}\">{esc(text)}</span></p>"
+    out = f'<p class="big">{esc(label)}: <span class="{status_class(text)}">{esc(text)}</span></p>'
     if reasons:
         out += "<ul>" + "".join(f"<li>{esc(r.strip())}</li>" for r in reasons) + "</ul>"
     return out
@@ -55,8 +55,9 @@ def _figs(step: StepData, names: list[str], used: set[str]) -> list[Part]:
     return parts
 
 
-def _table(step: StepData, name: str, used: set[str], caption: str = "", collapsed: bool = False,
-           **kw: Any) -> list[Part]:
+def _table(
+    step: StepData, name: str, used: set[str], caption: str = "", collapsed: bool = False, **kw: Any
+) -> list[Part]:
     if name not in step.tables:
         return []
     used.add(name)
@@ -72,8 +73,9 @@ def slice_distribution(summary: pd.DataFrame) -> pd.DataFrame:
     s = summary[summary["stat"].isin(["p50", "p95", "p99", "count"]) | (summary["metric"] == "ok_rate")]
     s = s.assign(col=s["metric"].str.removesuffix("_ms") + " " + s["stat"])
     wide = s.pivot_table(index=["slice_dim", "slice_value"], columns="col", values="value", aggfunc="first", sort=False)
-    order = ["requests count", "ok_rate mean"] + [f"{m.removesuffix('_ms')} {q}" for m in SLICE_METRICS
-                                                  for q in ("p50", "p95", "p99")]
+    order = ["requests count", "ok_rate mean"] + [
+        f"{m.removesuffix('_ms')} {q}" for m in SLICE_METRICS for q in ("p50", "p95", "p99")
+    ]
     cols = [c for c in order if c in wide.columns] + [c for c in wide.columns if c not in order]
     out = wide[cols].reset_index().rename(columns={"requests count": "n", "ok_rate mean": "ok rate"})
     dims = list(dict.fromkeys(out["slice_dim"]))
@@ -88,29 +90,51 @@ def measure(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
     dec = doc.get("decomposition", {}) if isinstance(doc, dict) else {}
     if dec:
         adds = dec.get("adds_up")
-        parts.append(Part.text(_status_line("Phases add up to the client's TTFT/E2E (SPEC M3)",
-                                            "pass" if adds else "fail",
-                                            [f"TTFT within tolerance: {dec.get('ttft_share_within_tol')}, "
-                                             f"E2E within tolerance: {dec.get('e2e_share_within_tol')}, residual p99 "
-                                             f"{dec.get('ttft_residual_ms_p99', float('nan')):.3g} ms (tolerance "
-                                             f"{dec.get('abs_tol_ms')} ms or {dec.get('rel_tol')})"])))
+        parts.append(
+            Part.text(
+                _status_line(
+                    "Phases add up to the client's TTFT/E2E (SPEC M3)",
+                    "pass" if adds else "fail",
+                    [
+                        f"TTFT within tolerance: {dec.get('ttft_share_within_tol')}, "
+                        f"E2E within tolerance: {dec.get('e2e_share_within_tol')}, residual p99 "
+                        f"{dec.get('ttft_residual_ms_p99', float('nan')):.3g} ms (tolerance "
+                        f"{dec.get('abs_tol_ms')} ms or {dec.get('rel_tol')})"
+                    ],
+                )
+            )
+        )
     if "summary" in step.tables:
         used.add("summary")
         dist = slice_distribution(step.tables["summary"])
-        parts.append(Part.text("<h3>Distributions per slice (ms)</h3>" + table_html(
-            dist, max_rows=60, caption="p50 / p95 / p99 per slice", source=f"{step.name}/summary.parquet")))
+        parts.append(
+            Part.text(
+                "<h3>Distributions per slice (ms)</h3>"
+                + table_html(
+                    dist, max_rows=60, caption="p50 / p95 / p99 per slice", source=f"{step.name}/summary.parquet"
+                )
+            )
+        )
     parts.append(Part.text("<h3>Where the time goes, and latency CDFs per slice</h3>"))
     parts += _figs(step, sorted(n for n in step.figures if n.startswith("phase_stack_")), used)
     grid = figures.cdf_grid(run.phases) if run.phases is not None else None
     if grid is not None:
-        parts.append(Part.fig("latency CDFs per slice (from 1-measure/phases.parquet)", figures.fig_png(grid), wide=True))
+        parts.append(
+            Part.fig("latency CDFs per slice (from 1-measure/phases.parquet)", figures.fig_png(grid), wide=True)
+        )
         used.add("ttft_cdf_by_input.png")  # the grid's first row shows the same curves
     else:
-        parts.append(Part.text("<p class=\"missing\">No per-request phases: the CDFs per slice are missing.</p>"))
+        parts.append(Part.text('<p class="missing">No per-request phases: the CDFs per slice are missing.</p>'))
     if isinstance(doc, dict) and doc:
         used.add("measure")
-        parts.append(Part.text(details("engine, server counters, warm-up, slice edges (measure.json)",
-                                       kv_html(doc, skip=("decomposition",)))))
+        parts.append(
+            Part.text(
+                details(
+                    "engine, server counters, warm-up, slice edges (measure.json)",
+                    kv_html(doc, skip=("decomposition",)),
+                )
+            )
+        )
     return parts, used
 
 
@@ -120,11 +144,15 @@ def locate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
     b = step.docs.get("bottleneck")
     if isinstance(b, dict) and b:
         used.add("bottleneck")
-        parts.append(Part.text(f"<p class=\"big\">Cause: <b>{esc(b.get('cause'))}</b> (confidence "
-                               f"{esc(b.get('confidence'))}) — {esc(b.get('rule'))}</p>"))
+        parts.append(
+            Part.text(
+                f'<p class="big">Cause: <b>{esc(b.get("cause"))}</b> (confidence '
+                f"{esc(b.get('confidence'))}) — {esc(b.get('rule'))}</p>"
+            )
+        )
         parts.append(Part.text(table_html(pd.DataFrame(b.get("evidence") or []), caption="rule evidence")))
     else:
-        parts.append(Part.text("<p class=\"missing\">bottleneck.json is missing: no located cause.</p>"))
+        parts.append(Part.text('<p class="missing">bottleneck.json is missing: no located cause.</p>'))
     parts += _figs(step, ["roofline.png", "op_breakdown.png"], used)
     parts += _table(step, "per_slice", used, caption="cause per slice")
     parts += _table(step, "roofline", used, caption="roofline per phase (ceilings)")
@@ -139,12 +167,17 @@ def choose(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
     used: set[str] = set()
     c = step.docs.get("choice")
     if not isinstance(c, dict):
-        return [Part.text("<p class=\"missing\">choice.json is missing.</p>")], used
+        return [Part.text('<p class="missing">choice.json is missing.</p>')], used
     used.add("choice")
-    parts = [Part.text(_status_line(f"The candidate's remedy vs the cause '{c.get('cause')}'",
-                                    "pass" if c.get("matches") else "fail"))]
+    parts = [
+        Part.text(
+            _status_line(
+                f"The candidate's remedy vs the cause '{c.get('cause')}'", "pass" if c.get("matches") else "fail"
+            )
+        )
+    ]
     if c.get("warning"):
-        parts.append(Part.text(f"<div class=\"warning\">{esc(c['warning'])}</div>"))
+        parts.append(Part.text(f'<div class="warning">{esc(c["warning"])}</div>'))
     parts.append(Part.text(kv_html(c)))
     return parts, used
 
@@ -155,13 +188,41 @@ def ablate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
     av = step.docs.get("arm_verdicts")
     if isinstance(av, dict) and av:
         used.add("arm_verdicts")
-        rows = [{"arm": a, "role": d.get("role"), "verdict": d.get("verdict"), "repeats": d.get("repeats"),
-                 "reasons": " | ".join(str(r).strip() for r in d.get("reasons", [])), "error": d.get("error")}
-                for a, d in av.items() if isinstance(d, dict)]
+        rows = [
+            {
+                "arm": a,
+                "role": d.get("role"),
+                "verdict": d.get("verdict"),
+                "repeats": d.get("repeats"),
+                "reasons": " | ".join(str(r).strip() for r in d.get("reasons", [])),
+                "error": d.get("error"),
+            }
+            for a, d in av.items()
+            if isinstance(d, dict)
+        ]
         parts.append(Part.text(table_html(pd.DataFrame(rows), caption="verdict per arm")))
-    parts += _table(step, "effects", used, caption="effects: arm vs baseline",
-                    columns=["arm", "metric", "family", "unit", "baseline_value", "arm_value", "ratio", "ratio_lo",
-                             "ratio_hi", "p_value", "tested", "significant", "direction"], max_rows=80)
+    parts += _table(
+        step,
+        "effects",
+        used,
+        caption="effects: arm vs baseline",
+        columns=[
+            "arm",
+            "metric",
+            "family",
+            "unit",
+            "baseline_value",
+            "arm_value",
+            "ratio",
+            "ratio_lo",
+            "ratio_hi",
+            "p_value",
+            "tested",
+            "significant",
+            "direction",
+        ],
+        max_rows=80,
+    )
     if "effects" in step.tables:
         parts.append(Part.text(details("effects: every column", table_html(step.tables["effects"], max_rows=200))))
     per_metric = sorted(n for n in step.figures if n.startswith("forest_"))  # one forest per metric, if logged
@@ -180,19 +241,22 @@ def validate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
     used: set[str] = set()
     sc = step.tables.get("scenarios")
     if sc is None:
-        return [Part.text("<p class=\"missing\">No scenarios table: no scenario ran.</p>")], used
+        return [Part.text('<p class="missing">No scenarios table: no scenario ran.</p>')], used
     used.add("scenarios")
     first = [c for c in ("scenario", "kind", "passed") if c in sc]
     ordered = sc[first + [c for c in sc.columns if c not in first and c != "reasons"]]
-    parts = [Part.text(table_html(ordered, caption="scenarios against the SLOs",
-                                  source=f"{step.name}/scenarios.parquet"))]
+    parts = [
+        Part.text(table_html(ordered, caption="scenarios against the SLOs", source=f"{step.name}/scenarios.parquet"))
+    ]
     if "reasons" in sc:  # the reasons under the table: the table stays narrow enough to read
         items = []
         for r in sc.to_dict("records"):
             ok = r.get("passed")
             word = "pass" if ok is True or str(ok).lower() == "true" else "fail" if ok is not None else "?"
-            items.append(f"<li><b>{esc(r.get('scenario', ''))}</b>: <span class=\"{status_class(word)}\">{word}</span>"
-                         f" — {esc(r.get('reasons', ''))}</li>")
+            items.append(
+                f'<li><b>{esc(r.get("scenario", ""))}</b>: <span class="{status_class(word)}">{word}</span>'
+                f" — {esc(r.get('reasons', ''))}</li>"
+            )
         parts.append(Part.text("<ul>" + "".join(items) + "</ul>"))
     parts += _figs(step, sorted(n for n in step.figures if "cdf" in n), used)
     return parts, used
@@ -214,18 +278,29 @@ def gate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
         if fig is not None:
             parts.append(Part.fig("quality per slice (from quality_slices)", figures.fig_png(fig)))
     else:
-        parts.append(Part.text("<p class=\"missing\">No quality slices: the sliced suite did not run on this "
-                               "candidate (see the quality reasons above).</p>"))
+        parts.append(
+            Part.text(
+                '<p class="missing">No quality slices: the sliced suite did not run on this '
+                "candidate (see the quality reasons above).</p>"
+            )
+        )
     parts += _table(step, "quality_slices", used, caption="quality per slice: paired CI vs the margin", max_rows=80)
     parts += _table(step, "quality_accuracy", used, caption="accuracy per arm and slice", collapsed=True, max_rows=200)
     parts += _table(step, "quality_calibration", used, caption="calibration (ECE / Brier)")
     parts += _table(step, "cost", used, caption="cost per successful task")
     if "lm_eval_results" in step.docs:
         used.add("lm_eval_results")
-        parts.append(Part.text("<p class=\"meta\">lm-eval's raw results: <code>"
-                               f"{esc(step.name)}/lm_eval_results.json</code></p>"))
+        parts.append(
+            Part.text(f'<p class="meta">lm-eval\'s raw results: <code>{esc(step.name)}/lm_eval_results.json</code></p>')
+        )
     return parts, used
 
 
-SECTIONS: dict[str, Builder] = {"measure": measure, "locate": locate, "choose": choose, "ablate": ablate,
-                                "validate": validate, "gate": gate}
+SECTIONS: dict[str, Builder] = {
+    "measure": measure,
+    "locate": locate,
+    "choose": choose,
+    "ablate": ablate,
+    "validate": validate,
+    "gate": gate,
+}

@@ -17,8 +17,22 @@ import numpy as np
 import pandas as pd
 
 GOOD = {"pass", "passed", "ok", "better", "improves", "accept", "clean", "non-inferior", "measured"}
-BAD = {"fail", "failed", "worse", "regresses", "reject", "error", "refuse", "flag", "flagged", "inferior",
-       "regression", "starved", "timeout", "rejected"}
+BAD = {
+    "fail",
+    "failed",
+    "worse",
+    "regresses",
+    "reject",
+    "error",
+    "refuse",
+    "flag",
+    "flagged",
+    "inferior",
+    "regression",
+    "starved",
+    "timeout",
+    "rejected",
+}
 WARN = {"inconclusive", "skipped", "no detectable change", "unknown", "warn", "note"}
 # booleans are coloured only where the column says which way is good
 TRUE_IS_GOOD = {"passed", "pass", "meets_slo", "adds_up", "within_slo", "recovered"}
@@ -78,15 +92,22 @@ def _cell(value: Any, colour: bool, column: str = "") -> str:
         cls = ("good" if bool(value) else "bad") if good else (("bad" if bool(value) else "good") if bad else "")
     num = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
     classes = " ".join(c for c in (cls, "num" if num else "", "long" if len(text) > 60 else "") if c)
-    return f"<td class=\"{classes}\">{esc(text)}</td>" if classes else f"<td>{esc(text)}</td>"
+    return f'<td class="{classes}">{esc(text)}</td>' if classes else f"<td>{esc(text)}</td>"
 
 
-def table_html(df: pd.DataFrame | None, *, max_rows: int = 40, columns: list[str] | None = None,
-               caption: str = "", source: str = "", colour_bool: bool = True) -> str:
+def table_html(
+    df: pd.DataFrame | None,
+    *,
+    max_rows: int = 40,
+    columns: list[str] | None = None,
+    caption: str = "",
+    source: str = "",
+    colour_bool: bool = True,
+) -> str:
     """A DataFrame as a compact <table>. `columns` picks and orders columns (missing ones are ignored,
     so a renamed column drops out instead of failing); `source` names the full table's file."""
     if df is None or df.empty:
-        return f"<p class=\"missing\">{esc(caption or 'table')}: no rows.</p>"
+        return f'<p class="missing">{esc(caption or "table")}: no rows.</p>'
     if columns:
         cols = [c for c in columns if c in df.columns]
         df = df[cols] if cols else df
@@ -94,33 +115,35 @@ def table_html(df: pd.DataFrame | None, *, max_rows: int = 40, columns: list[str
     head = "".join(f"<th>{esc(c)}</th>" for c in shown.columns)
     body = []
     for row in shown.itertuples(index=False, name=None):
-        body.append("<tr>" + "".join(_cell(v, colour_bool, str(c)) for v, c in zip(row, shown.columns)) + "</tr>")
+        body.append("<tr>" + "".join(_cell(v, colour_bool, str(c)) for v, c in zip(row, shown.columns, strict=False)) + "</tr>")
     note = []
     if len(df) > max_rows:
         note.append(f"showing {max_rows} of {len(df)} rows")
     if source:
         note.append(f"full table: <code>{esc(source)}</code>")
-    cap = esc(caption) + (f" <span class=\"note\">({'; '.join(note)})</span>" if note else "")
+    cap = esc(caption) + (f' <span class="note">({"; ".join(note)})</span>' if note else "")
     cap_html = f"<caption>{cap}</caption>" if cap else ""
-    return (f"<div class=\"tablewrap\"><table>{cap_html}<thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table></div>")
+    return (
+        f'<div class="tablewrap"><table>{cap_html}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
 def kv_html(doc: dict[str, Any] | None, *, caption: str = "", skip: tuple[str, ...] = (), max_rows: int = 200) -> str:
     """A flat key/value table of a JSON document (nested values flattened to dotted keys, lists of
     dicts left as JSON-ish text)."""
     if not doc:
-        return f"<p class=\"missing\">{esc(caption or 'document')}: empty.</p>"
+        return f'<p class="missing">{esc(caption or "document")}: empty.</p>'
     rows = []
     items = [(k, v) for k, v in _flatten(doc) if k.split(".")[0] not in skip]
     for key, value in items[:max_rows]:
         text = fmt(value)
         cls = status_class(text)
-        rows.append(f"<tr><th>{esc(key)}</th><td class=\"{cls}\">{esc(text)}</td></tr>")
+        rows.append(f'<tr><th>{esc(key)}</th><td class="{cls}">{esc(text)}</td></tr>')
     if len(items) > max_rows:
-        rows.append(f"<tr><th>…</th><td class=\"note\">{len(items) - max_rows} more entries not shown</td></tr>")
+        rows.append(f'<tr><th>…</th><td class="note">{len(items) - max_rows} more entries not shown</td></tr>')
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f"<div class=\"tablewrap\"><table class=\"kv\">{cap}<tbody>{''.join(rows)}</tbody></table></div>"
+    return f'<div class="tablewrap"><table class="kv">{cap}<tbody>{"".join(rows)}</tbody></table></div>'
 
 
 def _flatten(doc: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

@@ -23,7 +23,14 @@ from inferopt.workload.lengths import sample_lengths
 from inferopt.workload.trace import load_trace
 
 WORKLOAD_COLUMNS = (
-    "request_id", "arrival_offset_s", "input_len", "output_len", "prefix_group", "prefix_len", "tenant", "priority",
+    "request_id",
+    "arrival_offset_s",
+    "input_len",
+    "output_len",
+    "prefix_group",
+    "prefix_len",
+    "tenant",
+    "priority",
 )
 
 
@@ -31,8 +38,9 @@ def _child_rngs(seed: int, n: int) -> list[np.random.Generator]:
     return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(n)]
 
 
-def build_workload(cfg: WorkloadConfig, num_requests: int | None = None,
-                   count_tokens: Callable[[str], int] | None = None) -> pd.DataFrame:
+def build_workload(
+    cfg: WorkloadConfig, num_requests: int | None = None, count_tokens: Callable[[str], int] | None = None
+) -> pd.DataFrame:
     """The request table for `cfg` (optionally with a different request count, same seeds). A trace
     workload is read from its file (`count_tokens` turns a row's prompt text into its length)."""
     if cfg.trace is not None:
@@ -50,16 +58,19 @@ def build_workload(cfg: WorkloadConfig, num_requests: int | None = None,
     input_len = np.maximum(input_len, prefix_len + 1)
     weights = np.array([t.weight for t in cfg.tenants], dtype=float)
     tenant_idx = rng_tenant.choice(len(cfg.tenants), size=n, p=weights / weights.sum())
-    table = pd.DataFrame({
-        "request_id": [f"{cfg.name}-{i:05d}" for i in range(n)],
-        "arrival_offset_s": offsets.astype(float),
-        "input_len": input_len.astype(int),
-        "output_len": output_len.astype(int),
-        "prefix_group": groups.astype(int),
-        "prefix_len": prefix_len.astype(int),
-        "tenant": [cfg.tenants[i].name for i in tenant_idx],
-        "priority": [cfg.tenants[i].priority for i in tenant_idx],
-    }, columns=list(WORKLOAD_COLUMNS))
+    table = pd.DataFrame(
+        {
+            "request_id": [f"{cfg.name}-{i:05d}" for i in range(n)],
+            "arrival_offset_s": offsets.astype(float),
+            "input_len": input_len.astype(int),
+            "output_len": output_len.astype(int),
+            "prefix_group": groups.astype(int),
+            "prefix_len": prefix_len.astype(int),
+            "tenant": [cfg.tenants[i].name for i in tenant_idx],
+            "priority": [cfg.tenants[i].priority for i in tenant_idx],
+        },
+        columns=list(WORKLOAD_COLUMNS),
+    )
     table.attrs["content_hash"] = workload_hash(table)
     return table
 

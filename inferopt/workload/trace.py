@@ -57,18 +57,27 @@ def _rows(path: Path, fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
         suffix = path.suffix.lower()
         fmt = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}.get(suffix, "")
         if not fmt:
-            raise TraceError(f"{path}: cannot tell the format from the suffix {suffix!r}; fix: name it .jsonl or .csv, "
-                             "or set trace.format")
+            raise TraceError(
+                f"{path}: cannot tell the format from the suffix {suffix!r}; fix: name it .jsonl or .csv, "
+                "or set trace.format"
+            )
     with path.open(encoding="utf-8", newline="") as fh:
         if fmt == "csv":
             reader = csv.DictReader(fh)
             if not reader.fieldnames or "timestamp" not in reader.fieldnames:
-                raise TraceError(f"{path}: the CSV header {reader.fieldnames} has no `timestamp` column; "
-                                 "fix: the first line must name the columns, e.g. timestamp,input_len,output_len")
+                raise TraceError(
+                    f"{path}: the CSV header {reader.fieldnames} has no `timestamp` column; "
+                    "fix: the first line must name the columns, e.g. timestamp,input_len,output_len"
+                )
             for row in reader:
                 if None in row:
-                    raise _fail(path, reader.line_num, "(row)", f"{len(row[None]) + len(reader.fieldnames)} cells, "
-                                f"the header has {len(reader.fieldnames)}", "one cell per header column")
+                    raise _fail(
+                        path,
+                        reader.line_num,
+                        "(row)",
+                        f"{len(row[None]) + len(reader.fieldnames)} cells, the header has {len(reader.fieldnames)}",
+                        "one cell per header column",
+                    )
                 yield reader.line_num, {k: v for k, v in row.items() if v not in (None, "")}
             return
         for line_no, line in enumerate(fh, start=1):
@@ -77,14 +86,27 @@ def _rows(path: Path, fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise _fail(path, line_no, "(line)", f"not valid JSON ({exc.msg})", "one JSON object per line") from None
+                raise _fail(
+                    path, line_no, "(line)", f"not valid JSON ({exc.msg})", "one JSON object per line"
+                ) from None
             if not isinstance(obj, dict):
-                raise _fail(path, line_no, "(line)", f"a {type(obj).__name__}, not an object", "one JSON object per line")
+                raise _fail(
+                    path, line_no, "(line)", f"a {type(obj).__name__}, not an object", "one JSON object per line"
+                )
             yield line_no, {k: v for k, v in obj.items() if v is not None}
 
 
-def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: bool, minimum: float | None,
-            default: Any = None, required: bool = False) -> Any:
+def _number(
+    path: Path,
+    line: int,
+    row: dict[str, Any],
+    field: str,
+    *,
+    integer: bool,
+    minimum: float | None,
+    default: Any = None,
+    required: bool = False,
+) -> Any:
     if field not in row:
         if required:
             raise _fail(path, line, field, "missing", f"give every row a {field}")
@@ -107,15 +129,20 @@ def _number(path: Path, line: int, row: dict[str, Any], field: str, *, integer: 
     return value
 
 
-def load_trace(cfg: TraceConfig, workload: WorkloadConfig, num_requests: int | None = None,
-               count_tokens: Callable[[str], int] | None = None) -> pd.DataFrame:
+def load_trace(
+    cfg: TraceConfig,
+    workload: WorkloadConfig,
+    num_requests: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> pd.DataFrame:
     """The workload table (columns of `build.WORKLOAD_COLUMNS`) for a trace; see the module docstring."""
     from inferopt.workload.build import WORKLOAD_COLUMNS  # local: build.py imports this module
 
     path = Path(cfg.path).expanduser()
     if not path.is_file():
-        raise TraceError(f"{path}: no such trace file; fix: correct trace.path (relative paths resolve against the "
-                         "config file)")
+        raise TraceError(
+            f"{path}: no such trace file; fix: correct trace.path (relative paths resolve against the config file)"
+        )
     rows: list[dict[str, Any]] = []
     for line, raw in _rows(path, cfg.format):
         if cfg.limit is not None and len(rows) >= cfg.limit:
@@ -125,28 +152,55 @@ def load_trace(cfg: TraceConfig, workload: WorkloadConfig, num_requests: int | N
             input_len = _number(path, line, raw, "input_len", integer=True, minimum=1)
         elif "prompt" in raw:
             if not isinstance(raw["prompt"], str) or not raw["prompt"]:
-                raise _fail(path, line, "prompt", f"{raw['prompt']!r} is not a non-empty text", "give the prompt text, or input_len")
+                raise _fail(
+                    path,
+                    line,
+                    "prompt",
+                    f"{raw['prompt']!r} is not a non-empty text",
+                    "give the prompt text, or input_len",
+                )
             text = raw["prompt"]
             input_len = int(count_tokens(text)) if count_tokens else math.ceil(len(text.encode()) / BYTES_PER_TOKEN)
             input_len = max(input_len, 1)
         else:
-            raise _fail(path, line, "input_len", "missing (and no `prompt` text)", "give input_len (tokens) or prompt (text)")
+            raise _fail(
+                path, line, "input_len", "missing (and no `prompt` text)", "give input_len (tokens) or prompt (text)"
+            )
         output_len = _number(path, line, raw, "output_len", integer=True, minimum=1, required=True)
         tenant = raw.get("tenant", "default")
         if not isinstance(tenant, str) or not tenant.strip():
             raise _fail(path, line, "tenant", f"{tenant!r} is not a name", "write the tenant as a non-empty string")
         priority = _number(path, line, raw, "priority", integer=True, minimum=None, default=0)
         group = _number(path, line, raw, "prefix_group", integer=True, minimum=-1, default=-1)
-        plen = _number(path, line, raw, "prefix_len", integer=True, minimum=0,
-                       default=workload.prefix.prefix_len if group >= 0 else 0)
+        plen = _number(
+            path,
+            line,
+            raw,
+            "prefix_len",
+            integer=True,
+            minimum=0,
+            default=workload.prefix.prefix_len if group >= 0 else 0,
+        )
         if group < 0:
             plen = 0
-        rows.append({"ts": ts, "input_len": input_len, "output_len": output_len, "prefix_group": group,
-                     "prefix_len": min(plen, input_len - 1), "tenant": tenant, "priority": priority})
+        rows.append(
+            {
+                "ts": ts,
+                "input_len": input_len,
+                "output_len": output_len,
+                "prefix_group": group,
+                "prefix_len": min(plen, input_len - 1),
+                "tenant": tenant,
+                "priority": priority,
+            }
+        )
     if not rows:
         raise TraceError(f"{path}: no requests in the trace; fix: add rows (timestamp, input_len, output_len)")
-    cap = num_requests if num_requests is not None else (
-        workload.num_requests if "num_requests" in workload.model_fields_set else None)
+    cap = (
+        num_requests
+        if num_requests is not None
+        else (workload.num_requests if "num_requests" in workload.model_fields_set else None)
+    )
     if cap is not None:
         rows = rows[:cap]
     frame = pd.DataFrame(rows)
@@ -154,15 +208,18 @@ def load_trace(cfg: TraceConfig, workload: WorkloadConfig, num_requests: int | N
     frame = frame.iloc[order].reset_index(drop=True)
     ts = frame["ts"].to_numpy(dtype=float)
     n = len(frame)
-    table = pd.DataFrame({
-        "request_id": [f"{workload.name}-{i:05d}" for i in range(n)],
-        "arrival_offset_s": (ts - ts[0]) * cfg.time_scale,
-        "input_len": frame["input_len"].astype(int),
-        "output_len": frame["output_len"].astype(int),
-        "prefix_group": frame["prefix_group"].astype(int),
-        "prefix_len": frame["prefix_len"].astype(int),
-        "tenant": frame["tenant"].astype(str),
-        "priority": frame["priority"].astype(int),
-    }, columns=list(WORKLOAD_COLUMNS))
+    table = pd.DataFrame(
+        {
+            "request_id": [f"{workload.name}-{i:05d}" for i in range(n)],
+            "arrival_offset_s": (ts - ts[0]) * cfg.time_scale,
+            "input_len": frame["input_len"].astype(int),
+            "output_len": frame["output_len"].astype(int),
+            "prefix_group": frame["prefix_group"].astype(int),
+            "prefix_len": frame["prefix_len"].astype(int),
+            "tenant": frame["tenant"].astype(str),
+            "priority": frame["priority"].astype(int),
+        },
+        columns=list(WORKLOAD_COLUMNS),
+    )
     table.attrs["source"] = str(path)
     return table

@@ -50,8 +50,9 @@ class LocalPrefect:
 
     def cli(self, *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess:
         """Run `prefect <args>` from the repo root against this server (bounded in time)."""
-        return subprocess.run([PREFECT, "--no-prompt", *args], cwd=ROOT, env=self.env, capture_output=True,
-                              text=True, timeout=timeout_s)
+        return subprocess.run(
+            [PREFECT, "--no-prompt", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout_s
+        )
 
     def start_worker(self, pool: str, limit: int | None = None, name: str | None = None) -> subprocess.Popen:
         args = [PREFECT, "worker", "start", "--pool", pool, "--type", "process"]
@@ -60,8 +61,9 @@ class LocalPrefect:
         if name:
             args += ["--name", name]
         log = (self.tmp / f"worker-{name or pool}-{len(self.workers)}.log").open("w")
-        proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.workers.append(proc)
         return proc
 
@@ -84,19 +86,33 @@ def start_local_prefect(tmp: Path, mlflow_uri: str, results: Path) -> LocalPrefe
     port = free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update({
-        "PREFECT_HOME": str(tmp / "prefect-home"), "PREFECT_API_URL": url,
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
-        "PREFECT_WORKER_QUERY_SECONDS": "2", "PREFECT_WORKER_HEARTBEAT_SECONDS": "10",
-        "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
-        "MLFLOW_TRACKING_URI": mlflow_uri, "MLFLOW_DISABLE_TELEMETRY": "true",
-        "INFEROPT_RESULTS": str(results), "INFEROPT_REPO": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE",
-    })
+    env.update(
+        {
+            "PREFECT_HOME": str(tmp / "prefect-home"),
+            "PREFECT_API_URL": url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_LOGGING_LEVEL": "WARNING",
+            "PREFECT_WORKER_QUERY_SECONDS": "2",
+            "PREFECT_WORKER_HEARTBEAT_SECONDS": "10",
+            "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
+            "MLFLOW_TRACKING_URI": mlflow_uri,
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "INFEROPT_RESULTS": str(results),
+            "INFEROPT_REPO": str(ROOT),
+            "OMP_WAIT_POLICY": "PASSIVE",
+        }
+    )
     lp = LocalPrefect(url=url, env=env, tmp=tmp)
     server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
     log = (tmp / "server.log").open("w")
-    lp.server = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], cwd=tmp,
-                                 env=server_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    lp.server = subprocess.Popen(
+        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=tmp,
+        env=server_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + SERVER_START_S
     while True:
         try:
@@ -107,8 +123,10 @@ def start_local_prefect(tmp: Path, mlflow_uri: str, results: Path) -> LocalPrefe
             pass
         if lp.server.poll() is not None or time.monotonic() > deadline:
             lp.close()
-            raise RuntimeError(f"prefect server did not become healthy in {SERVER_START_S:g} s:\n"
-                               + (tmp / "server.log").read_text()[-3000:])
+            raise RuntimeError(
+                f"prefect server did not become healthy in {SERVER_START_S:g} s:\n"
+                + (tmp / "server.log").read_text()[-3000:]
+            )
         time.sleep(1.0)
     for pool in ("local", "arms"):
         r = lp.cli("work-pool", "create", pool, "--type", "process", timeout_s=120)

@@ -16,9 +16,8 @@ import subprocess
 import sys
 
 import pytest
-from mlflow.tracking import MlflowClient
-
 from local_prefect import ROOT
+from mlflow.tracking import MlflowClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the server start and deploy count too
 
@@ -29,13 +28,23 @@ WATCH_S = "420"
 def _runs(lp, kind: str) -> list:
     client = MlflowClient(tracking_uri=lp.env["MLFLOW_TRACKING_URI"])
     exp = client.get_experiment_by_name("inferopt")
-    return client.search_runs([exp.experiment_id], filter_string=f"tags.`inferopt.kind` = '{kind}'",
-                              order_by=["attributes.start_time DESC"])
+    return client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.`inferopt.kind` = '{kind}'", order_by=["attributes.start_time DESC"]
+    )
 
 
 def _deployment_run(lp, name: str, params: dict) -> subprocess.CompletedProcess:
-    return lp.cli("deployment", "run", name, "--params", json.dumps(params), "--watch", "--watch-timeout", WATCH_S,
-                  timeout_s=float(WATCH_S) + 60)
+    return lp.cli(
+        "deployment",
+        "run",
+        name,
+        "--params",
+        json.dumps(params),
+        "--watch",
+        "--watch-timeout",
+        WATCH_S,
+        timeout_s=float(WATCH_S) + 60,
+    )
 
 
 def test_candidate_deployment_runs_fails_and_nightly_is_scheduled(local_prefect) -> None:
@@ -66,8 +75,14 @@ def test_candidate_deployment_runs_fails_and_nightly_is_scheduled(local_prefect)
 
         # promote the accepted run, then the nightly check through its deployment
         def promote(*extra: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "flows.nightly", "--accept", parent.info.run_id, *extra],
-                                  cwd=ROOT, env=lp.env, capture_output=True, text=True, timeout=120)
+            return subprocess.run(
+                [sys.executable, "-m", "flows.nightly", "--accept", parent.info.run_id, *extra],
+                cwd=ROOT,
+                env=lp.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
 
         if verdict != "accept":  # only an accepted run is promoted without a reason
             refused = promote()

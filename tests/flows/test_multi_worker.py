@@ -15,9 +15,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # the server start a
 
 # one change and no A/A arm: exactly two arms (baseline, candidate). Trials of ~5 s (250 requests at 50/s)
 # so that each arm outlasts a worker's pick-up and start of its flow run (seconds here).
-OVERRIDES = {"changes": {"batching.max_batch_size": 8}, "ablation.aa_arm": False, "ablation.repeats": 3,
-             "ablation.dispatch": "workers", "ablation.num_requests": 250, "workload.arrival.rate_per_s": 50.0,
-             "ablation.dispatch_timeout_s": 600}
+OVERRIDES = {
+    "changes": {"batching.max_batch_size": 8},
+    "ablation.aa_arm": False,
+    "ablation.repeats": 3,
+    "ablation.dispatch": "workers",
+    "ablation.num_requests": 250,
+    "workload.arrival.rate_per_s": 50.0,
+    "ablation.dispatch_timeout_s": 600,
+}
 
 
 def test_two_workers_run_two_arms_in_parallel_into_one_parent(local_prefect, monkeypatch, tmp_path) -> None:
@@ -41,8 +47,9 @@ def test_two_workers_run_two_arms_in_parallel_into_one_parent(local_prefect, mon
     client = MlflowClient(tracking_uri=lp.env["MLFLOW_TRACKING_URI"])
     parent = client.get_run(result["run_id"])
     assert parent.info.status == "FINISHED", logs
-    children = client.search_runs([parent.info.experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = '{result['run_id']}'")
+    children = client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{result['run_id']}'"
+    )
     arms = {c.info.run_name: c for c in children if c.info.run_name.startswith("arm-")}
     assert set(arms) == {"arm-baseline", "arm-candidate"}, logs
     for run in arms.values():
@@ -50,11 +57,15 @@ def test_two_workers_run_two_arms_in_parallel_into_one_parent(local_prefect, mon
         assert run.info.status == "FINISHED", logs
         assert run.data.metrics["worker.trials"] == 3
         assert len(client.get_metric_history(run.info.run_id, "ttft_ms_p99")) == 3  # the parent logged each trial
-        assert {a.path for a in client.list_artifacts(run.info.run_id, "trials")} >= {"trials/trial-0", "trials/window.json"}
+        assert {a.path for a in client.list_artifacts(run.info.run_id, "trials")} >= {
+            "trials/trial-0",
+            "trials/window.json",
+        }
     a, b = (arms[n].data for n in ("arm-baseline", "arm-candidate"))
     assert a.tags["inferopt.worker.pid"] != b.tags["inferopt.worker.pid"]
-    overlap_s = min(a.metrics["worker.end_s"], b.metrics["worker.end_s"]) - max(a.metrics["worker.start_s"],
-                                                                                b.metrics["worker.start_s"])
+    overlap_s = min(a.metrics["worker.end_s"], b.metrics["worker.end_s"]) - max(
+        a.metrics["worker.start_s"], b.metrics["worker.start_s"]
+    )
     assert overlap_s > 0, (a.metrics, b.metrics, logs)
     # the statistics ran in the parent on the workers' trials: the candidate's verdict is decided, not failed
     verdicts = {c.info.run_name: c.data.tags.get("inferopt.arm_verdict") for c in children}

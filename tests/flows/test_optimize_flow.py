@@ -8,9 +8,20 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-STEPS = {"1-measure", "2-locate", "3-choose", "4-ablate", "5-validate", "6-gate", "arm-baseline", "arm-candidate",
-         # the A/A arm and one arm per change (fake-batching changes two fields): every arm is logged
-         "arm-aa", "arm-batching.max_batch_size", "arm-batching.batch_wait_ms"}
+STEPS = {
+    "1-measure",
+    "2-locate",
+    "3-choose",
+    "4-ablate",
+    "5-validate",
+    "6-gate",
+    "arm-baseline",
+    "arm-candidate",
+    # the A/A arm and one arm per change (fake-batching changes two fields): every arm is logged
+    "arm-aa",
+    "arm-batching.max_batch_size",
+    "arm-batching.batch_wait_ms",
+}
 
 
 def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Path, monkeypatch) -> None:
@@ -31,7 +42,13 @@ def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Pa
     assert {c.info.run_name for c in children} == STEPS
     by_name = {c.info.run_name: c for c in children}
     measure_files = {a.path for a in client.list_artifacts(by_name["1-measure"].info.run_id)}
-    assert {"requests.parquet", "tokens.parquet", "requests.jsonl", "phases.parquet", "summary.parquet"} <= measure_files
+    assert {
+        "requests.parquet",
+        "tokens.parquet",
+        "requests.jsonl",
+        "phases.parquet",
+        "summary.parquet",
+    } <= measure_files
     ablate_files = {a.path for a in client.list_artifacts(by_name["4-ablate"].info.run_id)}
     assert {"effects.parquet", "looks.parquet", "stopping.json", "interactions.parquet"} <= ablate_files
     assert by_name["arm-aa"].data.tags["inferopt.arm_role"] == "aa"
@@ -65,8 +82,12 @@ def test_flow_rejects_bad_config_before_work(mlflow_uri, in_repo: Path, tmp_path
     from flows.optimize import main
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text(Path("configs/candidates/fake-batching.yaml").read_text().replace("repeats: 2", "repeats: -2")
-                   .replace("../", str(Path.cwd() / "configs") + "/"))
+    bad.write_text(
+        Path("configs/candidates/fake-batching.yaml")
+        .read_text()
+        .replace("repeats: 2", "repeats: -2")
+        .replace("../", str(Path.cwd() / "configs") + "/")
+    )
     assert main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert "ablation.repeats" in err and str(bad) in err
@@ -79,12 +100,15 @@ def test_flow_refuses_a_benchmark_cheat_before_work(prefect_harness, mlflow_uri,
     from mlflow.tracking import MlflowClient
 
     from flows.optimize import main, optimize
-    from inferopt.lint import CheatRefused
+    from inferopt.verdict.lint import CheatRefused
 
     experiment = "test-flow-refused"
     with pytest.raises(CheatRefused, match="no_queueing"):
-        optimize(candidate="configs/candidates/fake-batching.yaml", overrides={"workload.num_requests": 1},
-                 experiment=experiment)
+        optimize(
+            candidate="configs/candidates/fake-batching.yaml",
+            overrides={"workload.num_requests": 1},
+            experiment=experiment,
+        )
     exp = MlflowClient(tracking_uri=mlflow_uri).get_experiment_by_name(experiment)
     assert exp is None or not MlflowClient(tracking_uri=mlflow_uri).search_runs([exp.experiment_id])
     assert main(["configs/candidates/fake-batching.yaml", "--set", "workload.lengths.output_sigma=0"]) == 2

@@ -13,31 +13,51 @@ from mlflow.tracking import MlflowClient
 from inferopt.records import read_records
 
 
-@pytest.mark.slow   # ~25 s here, most of it MLflow's sqlite store
+@pytest.mark.slow  # ~25 s here, most of it MLflow's sqlite store
 def test_validate_task_logs_tables_and_verdicts(mlflow_uri, in_repo: Path) -> None:
     from inferopt.config.loader import load_config
     from tasks.tracking import Tracker
     from tasks.validate import STEP, validate_task
 
-    scenarios = [{"name": "steady", "kind": "steady"}, {"name": "burst", "kind": "burst"},
-                 {"name": "overload", "kind": "overload", "rate_scale": 4, "admission_limit": 3,
-                  "retry": {"max_attempts": 2, "base_backoff_s": 0.01}}]
-    cfg = load_config("configs/candidates/fake-batching.yaml", kind="candidate",
-                      **{"validation.scenarios": scenarios, "workload.num_requests": 30})
+    scenarios = [
+        {"name": "steady", "kind": "steady"},
+        {"name": "burst", "kind": "burst"},
+        {
+            "name": "overload",
+            "kind": "overload",
+            "rate_scale": 4,
+            "admission_limit": 3,
+            "retry": {"max_attempts": 2, "base_backoff_s": 0.01},
+        },
+    ]
+    cfg = load_config(
+        "configs/candidates/fake-batching.yaml",
+        kind="candidate",
+        **{"validation.scenarios": scenarios, "workload.num_requests": 30},
+    )
     tracker = Tracker.start("validate-test", experiment="test-validate")
     results = validate_task.fn(cfg, tracker)
     assert [r.scenario.name for r in results] == ["steady", "burst", "overload"]
     client = MlflowClient(tracking_uri=mlflow_uri)
     run = client.get_run(tracker.children[STEP])
     files = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"scenarios.parquet", "scenario_verdicts.json", "steady.fairness.parquet", "overload.fairness.parquet",
-            "overload.queue_growth.parquet", "overload.unbounded_queue_growth.parquet", "overload.attempts.parquet",
-            "requests.parquet"} <= files, files
+    assert {
+        "scenarios.parquet",
+        "scenario_verdicts.json",
+        "steady.fairness.parquet",
+        "overload.fairness.parquet",
+        "overload.queue_growth.parquet",
+        "overload.unbounded_queue_growth.parquet",
+        "overload.attempts.parquet",
+        "requests.parquet",
+    } <= files, files
     m = run.data.metrics
-    assert "overload.rejected_rate" in m and "overload.unbounded.ttft_ms_p99" in m and "steady.fairness_jain_tenant" in m
+    assert (
+        "overload.rejected_rate" in m and "overload.unbounded.ttft_ms_p99" in m and "steady.fairness_jain_tenant" in m
+    )
     assert m["overload.passed"] in (0.0, 1.0) and "overload.fairness.tenant:default.share_ratio" in m
     assert run.data.tags["inferopt.scenario.overload"] in {"pass", "fail"}
     verdicts = json.loads((tracker.dir_for(STEP) / "scenario_verdicts.json").read_text())
     assert verdicts["overload"]["reasons"][0].startswith("admission control (queue bound 3)")
     scenario_ids = {r.scenario for r in read_records(tracker.dir_for(STEP) / "requests.jsonl")}
-    assert {"steady", "burst", "overload", "overload-unbounded"} <= scenario_ids   # the comparison run's records too
+    assert {"steady", "burst", "overload", "overload-unbounded"} <= scenario_ids  # the comparison run's records too

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from inferopt.config.case import load_case
-from inferopt.validation.case_study import CaseRow, decide
+from inferopt.validate.case_study import CaseRow, decide
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
@@ -21,13 +21,21 @@ SCALE = 0.25
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PY.exists(), reason=f"no vLLM virtualenv at {VLLM_PY}; fix: bash scripts/setup_vllm.sh"),
+    pytest.mark.skipif(
+        not VLLM_PY.exists(), reason=f"no vLLM virtualenv at {VLLM_PY}; fix: bash scripts/setup_vllm.sh"
+    ),
 ]
 
 
 def test_case_table_reduced_on_real_engines(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "case_table.py"), "--scale", str(SCALE),
-                           "--out", str(tmp_path)], check=False, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "case_table.py"), "--scale", str(SCALE), "--out", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     out = json.loads(lines[-1])
@@ -38,11 +46,13 @@ def test_case_table_reduced_on_real_engines(tmp_path: Path) -> None:
     assert [r["strategy"] for r in out["rows"]] == names
     for r in out["rows"]:
         assert set(r) >= {"strategy", "throughput_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p95_ms", "meets_slo"}
-        assert not r["verdict"].startswith("run failed"), r   # every strategy ran on this machine
+        assert not r["verdict"].startswith("run failed"), r  # every strategy ran on this machine
         assert r["throughput_tok_s"] > 0
     # the printed rows decide the same way again under the seed's rule
-    rows = [CaseRow(r["strategy"], r["throughput_tok_s"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["tpot_p95_ms"])
-            for r in out["rows"]]
+    rows = [
+        CaseRow(r["strategy"], r["throughput_tok_s"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["tpot_p95_ms"])
+        for r in out["rows"]
+    ]
     assert out["chosen"] in (*names, None)
     if out["chosen"] is not None:
         assert out["rows"][names.index(out["chosen"])]["meets_slo"]

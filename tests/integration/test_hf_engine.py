@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from inferopt.config import BatchingKnobs, HFSystem, ModelSpec
-from inferopt.engines import FinishEvent, GenRequest, RequestRejected, make_engine
-from inferopt.engines.hf import HFEngine, greedy_generate
-from inferopt.engines.hf_loop import left_pad
-from inferopt.model.loading import load_model
+from inferopt.config import BatchingKnobs, HFSystem, ModelSpec  # noqa: E402
+from inferopt.engines import FinishEvent, GenRequest, RequestRejected, make_engine  # noqa: E402
+from inferopt.engines.hf.engine import HFEngine, greedy_generate  # noqa: E402
+from inferopt.engines.hf.loop import left_pad  # noqa: E402
+from inferopt.model.loading import load_model  # noqa: E402
 
 SPEC = ModelSpec(path="builtin:tiny-llama")
 PROMPTS = [[1] + [3 + (7 * i + 5 * j) % 250 for j in range(n)] for i, n in enumerate((4, 15, 9))]
@@ -41,8 +41,9 @@ def _system(attn: str = "sdpa", **batching: Any) -> HFSystem:
 def _reference(model: Any, prompts: list[list[int]], max_new: int) -> list[list[int]]:
     """generate() on the left-padded batch; each row cut after its first EOS (generate pads after it)."""
     ids, mask = left_pad(prompts, 0)
-    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
-                         pad_token_id=0, eos_token_id=EOS)[:, ids.shape[1]:].tolist()
+    out = model.generate(
+        input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, pad_token_id=0, eos_token_id=EOS
+    )[:, ids.shape[1] :].tolist()
     return [row[: row.index(EOS) + 1] if EOS in row else row for row in out]
 
 
@@ -59,8 +60,15 @@ async def _consume(engine: HFEngine, req: GenRequest) -> tuple[list[int], Any]:
 
 def _check_timings(server: Any, n_tokens: int) -> None:
     assert len(server.token_s) == n_tokens
-    chain = [server.arrival_s, server.admitted_s, server.context_ready_s, server.prefill_start_s,
-             server.prefill_end_s, *server.token_s, server.done_s]
+    chain = [
+        server.arrival_s,
+        server.admitted_s,
+        server.context_ready_s,
+        server.prefill_start_s,
+        server.prefill_end_s,
+        *server.token_s,
+        server.done_s,
+    ]
     assert None not in chain and chain == sorted(chain), chain
 
 
@@ -79,7 +87,7 @@ def test_engine_equals_generate_ragged_batch_and_alone(models: dict[str, Any], a
         engine = make_engine(_system(attn, max_batch_size=3, batch_wait_ms=300))
         await engine.start()
         try:
-            reqs = [GenRequest(f"b{i}", p, m) for i, (p, m) in enumerate(zip(PROMPTS, max_new))]
+            reqs = [GenRequest(f"b{i}", p, m) for i, (p, m) in enumerate(zip(PROMPTS, max_new, strict=False))]
             batched = await asyncio.gather(*(_consume(engine, r) for r in reqs))
             alone = [await _consume(engine, GenRequest(f"a{i}", p, 8)) for i, p in enumerate(PROMPTS)]
             assert engine.info()["attn_implementation"] == attn
@@ -89,12 +97,12 @@ def test_engine_equals_generate_ragged_batch_and_alone(models: dict[str, Any], a
 
     batched, alone = asyncio.run(scenario())
     ref = _reference(models[attn], PROMPTS, max(max_new))
-    for (tokens, server), expected, m in zip(batched, ref, max_new):
+    for (tokens, server), expected, m in zip(batched, ref, max_new, strict=False):
         assert server.batch_size_at_admit == 3
         assert tokens == expected[:m]
         assert server.finish_reason == ("eos" if tokens[-1] == EOS else "length")
         _check_timings(server, len(tokens))
-    for prompt, (tokens, server) in zip(PROMPTS, alone):
+    for prompt, (tokens, server) in zip(PROMPTS, alone, strict=False):
         assert server.batch_size_at_admit == 1
         assert tokens == _reference(models[attn], [prompt], 8)[0]
         _check_timings(server, len(tokens))
@@ -105,6 +113,7 @@ def test_cancelled_consumer_stops_emitting() -> None:
         engine = make_engine(_system(max_batch_size=2, batch_wait_ms=300))
         await engine.start()
         try:
+
             async def cancel_after_3() -> int:
                 got = 0
                 agen = engine.stream(GenRequest("cancel-me", PROMPTS[0], 200))
@@ -115,7 +124,9 @@ def test_cancelled_consumer_stops_emitting() -> None:
                 await agen.aclose()
                 return got
 
-            got, (other, _) = await asyncio.gather(cancel_after_3(), _consume(engine, GenRequest("keep", PROMPTS[1], 40)))
+            got, (other, _) = await asyncio.gather(
+                cancel_after_3(), _consume(engine, GenRequest("keep", PROMPTS[1], 40))
+            )
             generated = (await engine.server_metrics())["tokens_generated"]
             # the engine is still healthy afterwards
             tokens, _ = await _consume(engine, GenRequest("after", PROMPTS[2], 3))
@@ -137,14 +148,14 @@ def test_max_queue_rejects_before_any_token() -> None:
             first_token = asyncio.Event()
 
             async def long_one() -> str:
-                async for ev in engine.stream(GenRequest("long", PROMPTS[0], 60)):
+                async for _ev in engine.stream(GenRequest("long", PROMPTS[0], 60)):
                     first_token.set()
                 return "ok"
 
             async def short_one(i: int) -> str:
                 n = 0
                 try:
-                    async for ev in engine.stream(GenRequest(f"s{i}", PROMPTS[1], 2)):
+                    async for _ev in engine.stream(GenRequest(f"s{i}", PROMPTS[1], 2)):
                         n += 1
                 except RequestRejected:
                     assert n == 0
@@ -168,6 +179,7 @@ def test_worker_error_fails_the_batch_and_the_worker_continues() -> None:
         engine = make_engine(_system(max_batch_size=2, batch_wait_ms=300))
         await engine.start()
         try:
+
             async def attempt(req: GenRequest) -> str:
                 try:
                     await _consume(engine, req)
@@ -233,8 +245,13 @@ def test_engine_equals_generate_on_cuda(attn: str) -> None:
     model = load_model(SPEC, attn_implementation=attn, device="cuda").model
 
     async def scenario() -> list:
-        system = HFSystem(model=SPEC, attn_implementation=attn, torch_threads=1, device="cuda",
-                          batching=BatchingKnobs(max_batch_size=3, batch_wait_ms=300))
+        system = HFSystem(
+            model=SPEC,
+            attn_implementation=attn,
+            torch_threads=1,
+            device="cuda",
+            batching=BatchingKnobs(max_batch_size=3, batch_wait_ms=300),
+        )
         engine = make_engine(system)
         await engine.start()
         try:
@@ -244,10 +261,11 @@ def test_engine_equals_generate_on_cuda(attn: str) -> None:
             await engine.stop()
 
     ids, mask = left_pad(PROMPTS, 0, "cuda")
-    ref = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=10,
-                         pad_token_id=0, eos_token_id=EOS)[:, ids.shape[1]:].tolist()
+    ref = model.generate(
+        input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=0, eos_token_id=EOS
+    )[:, ids.shape[1] :].tolist()
     ref = [row[: row.index(EOS) + 1] if EOS in row else row for row in ref]
     assert greedy_generate(model, ids, mask, 10, eos_token_id=EOS) == ref
-    for (tokens, server), expected in zip(asyncio.run(scenario()), ref):
+    for (tokens, server), expected in zip(asyncio.run(scenario()), ref, strict=False):
         assert server.batch_size_at_admit == 3 and tokens == expected
         _check_timings(server, len(tokens))

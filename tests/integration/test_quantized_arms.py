@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("optimum.quanto")
 
-from inferopt.config import HFSystem, ModelSpec
-from inferopt.engines import FinishEvent, GenRequest, make_engine
-from inferopt.engines.hf_loop import GreedyBatch, left_pad
-from inferopt.model.loading import kv_cache_bits, load_system_model, quantization_config
+from inferopt.config import HFSystem, ModelSpec  # noqa: E402
+from inferopt.engines import FinishEvent, GenRequest, make_engine  # noqa: E402
+from inferopt.engines.hf.loop import GreedyBatch, left_pad  # noqa: E402
+from inferopt.model.loading import kv_cache_bits, load_system_model, quantization_config  # noqa: E402
 
 PROMPT = [1] + [3 + (11 * j) % 250 for j in range(40)]
 
@@ -38,19 +38,27 @@ def test_knob_parsing() -> None:
 
 @pytest.mark.parametrize("weights,kv", [("quanto-int8", "dynamic"), ("none", "quantized-int4")])
 def test_engine_loop_matches_generate_under_quantization(weights: str, kv: str) -> None:
-    system = HFSystem(model=ModelSpec(path="builtin:tiny-llama"), torch_threads=1, weight_quantization=weights, kv_cache=kv)
+    system = HFSystem(
+        model=ModelSpec(path="builtin:tiny-llama"), torch_threads=1, weight_quantization=weights, kv_cache=kv
+    )
     loaded = load_system_model(system)
     ids, mask = left_pad([PROMPT], 0)
-    ref = loaded.model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=6,
-                                pad_token_id=0, eos_token_id=None)[0, ids.shape[1]:].tolist()
+    ref = loaded.model.generate(
+        input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=6, pad_token_id=0, eos_token_id=None
+    )[0, ids.shape[1] :].tolist()
     batch = GreedyBatch(loaded.model, ids, mask, 6, kv_cache=kv)
     ours = [batch.prefill()[0]] + [batch.step()[0] for _ in range(5)]
     assert ours == ref
 
 
 def test_engine_serves_a_quantized_arm() -> None:
-    system = HFSystem(model=ModelSpec(path="builtin:tiny-llama"), torch_threads=1, weight_quantization="quanto-int4",
-                      kv_cache="quantized-int2", stop_at_eos=False)
+    system = HFSystem(
+        model=ModelSpec(path="builtin:tiny-llama"),
+        torch_threads=1,
+        weight_quantization="quanto-int4",
+        kv_cache="quantized-int2",
+        stop_at_eos=False,
+    )
 
     async def go() -> tuple[list[int], object]:
         engine = make_engine(system)
@@ -106,24 +114,28 @@ def test_ablation_reports_memory_effects_with_cis_and_skips_what_cannot_run(tmp_
     import json
     from pathlib import Path
 
-    from inferopt.ablation.run import ablate
+    from inferopt.ablate.run import ablate
     from inferopt.config import CandidateConfig, load_config
 
     root = Path(__file__).resolve().parents[2]
     d = load_config(root / "configs/candidates/cpu-ablation.yaml").model_dump(mode="json")
     d["changes"] = {"weight_quantization": "quanto-int8", "kv_cache": "quanto-int4"}
     d["target_metrics"] = ["peak_memory_bytes", "kv_peak_bytes"]
-    d["ablation"] = {"repeats": 2, "num_requests": 4, "aa_arm": False,
-                     "extra_arms": [{"attn_implementation": "flash_attention_2"}]}
+    d["ablation"] = {
+        "repeats": 2,
+        "num_requests": 4,
+        "aa_arm": False,
+        "extra_arms": [{"attn_implementation": "flash_attention_2"}],
+    }
     d["measure"] = {"warmup_requests": 0}
     res = ablate(CandidateConfig.model_validate(json.loads(json.dumps(d))), tmp_path)
     eff = res.effects.set_index(["arm", "metric"])
     kv, w = eff.loc[("kv_cache", "kv_peak_bytes")], eff.loc[("weight_quantization", "weight_bytes")]
     assert kv["ratio_hi"] < 0.5 and kv["significant"] and kv["direction"] == "better"
-    assert w["ratio_lo"] <= w["ratio"] <= w["ratio_hi"] < 0.35   # a side effect here: its CI, tested only if both
-    peak = eff.loc[("weight_quantization", "peak_memory_bytes")]    # targets moved (kv_peak_bytes did not: x1)
+    assert w["ratio_lo"] <= w["ratio"] <= w["ratio_hi"] < 0.35  # a side effect here: its CI, tested only if both
+    peak = eff.loc[("weight_quantization", "peak_memory_bytes")]  # targets moved (kv_peak_bytes did not: x1)
     assert peak["ratio_hi"] < 0.4 and peak["significant"] and peak["direction"] == "better"
-    assert eff.loc[("kv_cache", "weight_bytes"), "ratio"] == 1.0      # the KV arm leaves the weights alone
+    assert eff.loc[("kv_cache", "weight_bytes"), "ratio"] == 1.0  # the KV arm leaves the weights alone
     assert {("candidate", m) for m in ("tpot_ms_p50", "peak_memory_bytes")} <= set(eff.index)  # latency beside memory
     skipped = res.verdicts["attn_implementation=flash_attention_2"]
     assert skipped["verdict"] == "skipped" and "GPU-only" in skipped["reasons"][0]

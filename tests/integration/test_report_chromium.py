@@ -27,13 +27,25 @@ shot = _screenshot_module()
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shot.chromium_binary() is None,
-                    reason="headless Chromium not installed: bash scripts/setup_chromium.sh (Debian, as root)")
+@pytest.mark.skipif(
+    shot.chromium_binary() is None,
+    reason="headless Chromium not installed: bash scripts/setup_chromium.sh (Debian, as root)",
+)
 def test_flow_report_renders_in_chromium(tmp_path: Path) -> None:
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
-           "INFEROPT_RESULTS": str(tmp_path / "results"), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "flows.optimize", "configs/candidates/fake-batching.yaml"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "INFEROPT_RESULTS": str(tmp_path / "results"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.optimize", "configs/candidates/fake-batching.yaml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # progress: one line per step with the elapsed time
     for i, step in enumerate(("measure", "locate", "choose", "ablate", "validate", "gate"), start=1):
@@ -44,12 +56,14 @@ def test_flow_report_renders_in_chromium(tmp_path: Path) -> None:
     report = report if report.is_absolute() else ROOT / report
     assert report.exists() and report.parent.parent == tmp_path / "results"
     html = report.read_text()
-    assert "VERDICT:" in html and all(f"id=\"{k}\"" in html for k in ("measure", "locate", "ablate", "validate", "gate"))
+    assert "VERDICT:" in html and all(f'id="{k}"' in html for k in ("measure", "locate", "ablate", "validate", "gate"))
 
     from mlflow.tracking import MlflowClient
 
     run_id = report.parent.name
-    assert "report.html" in {a.path for a in MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"]).list_artifacts(run_id)}
+    assert "report.html" in {
+        a.path for a in MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"]).list_artifacts(run_id)
+    }
 
     png = shot.screenshot(report.as_uri(), tmp_path / "report.png", width=1400, height=3000)
     stats = shot.blankness(png)

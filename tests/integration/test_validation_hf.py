@@ -15,7 +15,7 @@ from inferopt.config import (
     WorkloadConfig,
 )
 from inferopt.config.loader import load_config
-from inferopt.validation.scenarios import validate
+from inferopt.validate.scenarios import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,8 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_hf_overload_admission_control_against_unbounded_queue(tmp_path: Path) -> None:
     system = load_config(ROOT / "configs/systems/hf-tiny.yaml", kind="system")
-    wl = WorkloadConfig(name="hfov", seed=2, num_requests=40, arrival=PoissonArrivals(rate_per_s=60.0), timeout_s=60,
-                        lengths=LengthConfig(input_median=32, output_median=12, output_sigma=0.3, output_min=4, output_max=24))
+    wl = WorkloadConfig(
+        name="hfov",
+        seed=2,
+        num_requests=40,
+        arrival=PoissonArrivals(rate_per_s=60.0),
+        timeout_s=60,
+        lengths=LengthConfig(input_median=32, output_median=12, output_sigma=0.3, output_min=4, output_max=24),
+    )
     sc = ScenarioConfig(name="overload", kind="overload", admission_limit=4)
     (res,) = validate(system, wl, (sc,), SLOConfig(ttft_p99_ms=1000, tpot_p95_ms=200), tmp_path)
     m = res.metrics

@@ -35,14 +35,22 @@ VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PY.exists(), reason=f"no vLLM virtualenv at {VLLM_PY}; fix: bash scripts/setup_vllm.sh"),
+    pytest.mark.skipif(
+        not VLLM_PY.exists(), reason=f"no vLLM virtualenv at {VLLM_PY}; fix: bash scripts/setup_vllm.sh"
+    ),
 ]
 
 
 def _system(**kw: Any) -> VLLMSystem:
-    base: dict[str, Any] = {"name": "vllm-tiny-test", "model": ModelSpec(path="builtin:tiny-llama"), "dtype": "float32",
-                            "max_model_len": 1024, "kv_cache_memory_bytes": 256 << 20, "enforce_eager": True,
-                            "startup_timeout_s": 300}
+    base: dict[str, Any] = {
+        "name": "vllm-tiny-test",
+        "model": ModelSpec(path="builtin:tiny-llama"),
+        "dtype": "float32",
+        "max_model_len": 1024,
+        "kv_cache_memory_bytes": 256 << 20,
+        "enforce_eager": True,
+        "startup_timeout_s": 300,
+    }
     return VLLMSystem(**{**base, **kw})
 
 
@@ -69,15 +77,21 @@ def test_poisson_run_joins_spans_and_reports_residual(tmp_path: Path, monkeypatc
     table["arrival_offset_s"] = np.sort(offsets)
     path = tmp_path / "requests.jsonl"
     t0 = time.monotonic()
-    run = session.run_system(_system(max_num_seqs=4, max_num_queued_reqs=4), table, RunTags(arm="vllm"),
-                             timeout_s=60, records_path=path, warmup_requests=2)
+    run = session.run_system(
+        _system(max_num_seqs=4, max_num_queued_reqs=4),
+        table,
+        RunTags(arm="vllm"),
+        timeout_s=60,
+        records_path=path,
+        warmup_requests=2,
+    )
     wall_s = time.monotonic() - t0
     assert not run.failed, run.error
     info = run.engine_info
     assert info["engine"] == "vllm" and info["prefix_cache_reset"] is True
 
     ph = run.phases
-    assert len(ph) == len(table) == 200 and ph["request_id"].is_unique   # one row per sent request
+    assert len(ph) == len(table) == 200 and ph["request_id"].is_unique  # one row per sent request
     counts = ph["outcome"].value_counts().to_dict()
     assert counts.get("rejected", 0) >= 1, counts
     ok = ph[ph["outcome"] == "ok"]
@@ -89,7 +103,7 @@ def test_poisson_run_joins_spans_and_reports_residual(tmp_path: Path, monkeypatc
     assert ph.loc[ph["outcome"] == "rejected", "queue_ms"].isna().all()
     assert ok["cache_hit"].dtype == bool
 
-    on_disk = read_records(path)   # rewritten with the joined records, warm-ups included
+    on_disk = read_records(path)  # rewritten with the joined records, warm-ups included
     assert len(on_disk) == 202 and sum(r.arrival_s is not None for r in on_disk) >= len(ok)
 
     check = decomposition_check(ph)
@@ -97,27 +111,34 @@ def test_poisson_run_joins_spans_and_reports_residual(tmp_path: Path, monkeypatc
         assert math.isfinite(check[k]), check
     agg = aggregate_join(ph, run.server_metrics)
     report = {
-        "wall_s": round(wall_s, 1), "startup_s": info.get("startup_s"), "run_s": round(run.duration_s, 1),
-        "outcomes": counts, "join": {k: v for k, v in run.join.items() if k != "missing"},
+        "wall_s": round(wall_s, 1),
+        "startup_s": info.get("startup_s"),
+        "run_s": round(run.duration_s, 1),
+        "outcomes": counts,
+        "join": {k: v for k, v in run.join.items() if k != "missing"},
         "decomposition": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in check.items()},
-        "phase_p50_ms": {c: round(float(ok[c].median()), 2) for c in
-                         ("send_lag_ms", "queue_ms", "prefill_ms", "first_ms", "ttft_ms", "tpot_ms", "e2e_ms")},
+        "phase_p50_ms": {
+            c: round(float(ok[c].median()), 2)
+            for c in ("send_lag_ms", "queue_ms", "prefill_ms", "first_ms", "ttft_ms", "tpot_ms", "e2e_ms")
+        },
         "aggregate_vs_client": agg[["phase", "server_mean_ms", "client_mean_ms", "gap_ms"]].round(2).to_dict("records"),
         "server_metrics_delta": {k: v for k, v in run.server_metrics.items() if "rejection" in k or "prefix" in k},
     }
     print("\nVLLM_POISSON_RUN " + json.dumps(report, default=str))
     assert engines and engines[0].info()["started"] is False
-    assert engines[0].proc.poll() is not None   # the server is gone
+    assert engines[0].proc.poll() is not None  # the server is gone
 
 
-def test_killing_the_server_mid_run_keeps_one_record_per_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_killing_the_server_mid_run_keeps_one_record_per_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engines = _capture_engine(monkeypatch)
     wl = WorkloadConfig(name="vllm-kill", seed=5, num_requests=120, arrival=PoissonArrivals(rate_per_s=8.0))
     table = build_workload(wl)
     path = tmp_path / "requests.jsonl"
     killed: dict[str, float] = {}
 
-    def killer() -> None:   # once 20 records are on disk, SIGKILL the server's whole process group
+    def killer() -> None:  # once 20 records are on disk, SIGKILL the server's whole process group
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
             if path.exists() and path.read_text().count("\n") >= 20 and engines and engines[0].proc is not None:
@@ -132,8 +153,8 @@ def test_killing_the_server_mid_run_keeps_one_record_per_request(tmp_path: Path,
     ended = time.monotonic()
     th.join(timeout=5)
     assert "at" in killed, "the server was never killed (did it start?)"
-    assert not run.failed, run.error   # a dead server fails requests, not the run
-    assert ended - killed["at"] < 45   # the rest of the schedule fails fast: no hang on a dead server
+    assert not run.failed, run.error  # a dead server fails requests, not the run
+    assert ended - killed["at"] < 45  # the rest of the schedule fails fast: no hang on a dead server
     recs = run.records
     assert len(recs) == len(table) and len({r.request_id for r in recs}) == len(table)
     outcomes = {r.outcome for r in recs}
@@ -144,9 +165,16 @@ def test_killing_the_server_mid_run_keeps_one_record_per_request(tmp_path: Path,
     eng = engines[0]
     import asyncio
 
-    asyncio.run(eng.stop())   # a second stop on a dead server is harmless
+    asyncio.run(eng.stop())  # a second stop on a dead server is harmless
     assert eng.proc.poll() is not None
-    print("\nVLLM_KILL_RUN " + json.dumps({"outcomes": {o: sum(r.outcome == o for r in recs) for o in outcomes},
-                                           "after_kill_s": round(ended - killed["at"], 2),
-                                           "join": {k: v for k, v in run.join.items() if k != "missing"},
-                                           "first_error": next(r.error for r in recs if r.outcome == "error")}))
+    print(
+        "\nVLLM_KILL_RUN "
+        + json.dumps(
+            {
+                "outcomes": {o: sum(r.outcome == o for r in recs) for o in outcomes},
+                "after_kill_s": round(ended - killed["at"], 2),
+                "join": {k: v for k, v in run.join.items() if k != "missing"},
+                "first_error": next(r.error for r in recs if r.outcome == "error"),
+            }
+        )
+    )

@@ -77,8 +77,9 @@ class FakeOpenAIServer:
         self.calls[rid] = self.calls.get(rid, 0) + 1
         self.call_s.setdefault(rid, []).append(time.monotonic())
         if mode == "busy" and self.calls[rid] <= self.busy_first:
-            return web.json_response({"error": {"message": "busy", "code": 429}}, status=429,
-                                     headers={"Retry-After": self.retry_after})
+            return web.json_response(
+                {"error": {"message": "busy", "code": 429}}, status=429, headers={"Retry-After": self.retry_after}
+            )
         if mode in ("http429", "http503"):
             return web.json_response({"error": {"message": "busy", "code": int(mode[4:])}}, status=int(mode[4:]))
         if mode == "slow":
@@ -93,18 +94,25 @@ class FakeOpenAIServer:
             choice: dict[str, Any] = {"index": 0, "text": "x" * k, "finish_reason": finish}
             if ids is not None:
                 choice["token_ids"] = ids
-            return {"id": f"cmpl-{rid}", "choices": [choice],
-                    "usage": {"prompt_tokens": 4, "completion_tokens": total, "total_tokens": 4 + total}}
+            return {
+                "id": f"cmpl-{rid}",
+                "choices": [choice],
+                "usage": {"prompt_tokens": 4, "completion_tokens": total, "total_tokens": 4 + total},
+            }
 
         if mode == "sse503":
-            await send({"error": {"object": "error", "message": "too many queued", "type": "ServiceUnavailable", "code": 503}})
+            await send(
+                {"error": {"object": "error", "message": "too many queued", "type": "ServiceUnavailable", "code": 503}}
+            )
             await send(b"[DONE]")
             await resp.write_eof()
             return resp
         if mode in ("sse500", "die", "nodone"):
             await send(chunk(1, 1))
             if mode == "sse500":
-                await send({"error": {"object": "error", "message": "engine dead", "type": "InternalServerError", "code": 500}})
+                await send(
+                    {"error": {"object": "error", "message": "engine dead", "type": "InternalServerError", "code": 500}}
+                )
                 await send(b"[DONE]")
             elif mode == "die":
                 await asyncio.sleep(0.01)
@@ -122,8 +130,17 @@ class FakeOpenAIServer:
                 await send({"choices": [{"index": 0, "text": "x", "finish_reason": finish}]})
             else:
                 await send(chunk(k, done, finish, list(range(100 + done - k, 100 + done)) if mode == "ids" else None))
-        await send({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n,
-                                             "prompt_tokens_details": {"cached_tokens": 2}}})
+        await send(
+            {
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": 4,
+                    "completion_tokens": n,
+                    "total_tokens": 4 + n,
+                    "prompt_tokens_details": {"cached_tokens": 2},
+                },
+            }
+        )
         await resp.write(b": keep-alive comment\n\ndata: [DONE]\n\n")
         await resp.write_eof()
         return resp

@@ -26,8 +26,10 @@ def app(delay_s: float) -> web.Application:
         await resp.prepare(request)
         for i in range(1, n + 1):
             await asyncio.sleep(delay_s)
-            chunk = {"choices": [{"index": 0, "text": "x", "finish_reason": "length" if i == n else None}],
-                     "usage": {"prompt_tokens": 4, "completion_tokens": i, "total_tokens": 4 + i}}
+            chunk = {
+                "choices": [{"index": 0, "text": "x", "finish_reason": "length" if i == n else None}],
+                "usage": {"prompt_tokens": 4, "completion_tokens": i, "total_tokens": 4 + i},
+            }
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from inferopt.ablation.plan import interleaved_order, plan_arms
-from inferopt.ablation.run import ablate
+from inferopt.ablate.plan import interleaved_order, plan_arms
+from inferopt.ablate.run import ablate
 from inferopt.config import load_config
-from inferopt.verdict import decide
+from inferopt.verdict.decide import decide
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,25 +69,48 @@ def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path, monkeypat
     ok_trials = res.trials[~res.trials["failed"]]
     assert set(ok_trials["arm"]) == {"baseline", "aa", "batching.batch_wait_ms"} and len(ok_trials) == 6
     assert res.verdicts["batching.max_batch_size"]["verdict"] == "failed"  # the arm that carries the crash
-    assert res.verdicts["batching.batch_wait_ms"]["verdict"] != "failed"   # the other single change still ran
-    v = decide(ablation_verdict="failed", ablation_reasons=res.verdicts["candidate"]["reasons"], scenarios_passed={"steady": True},
-               scenario_reasons={}, quality_status="pass", quality_required=False, quality_reasons=[], cost_status="pass",
-               cost_reasons=[], locate_cause="queueing", choice_warning=None)
+    assert res.verdicts["batching.batch_wait_ms"]["verdict"] != "failed"  # the other single change still ran
+    v = decide(
+        ablation_verdict="failed",
+        ablation_reasons=res.verdicts["candidate"]["reasons"],
+        scenarios_passed={"steady": True},
+        scenario_reasons={},
+        quality_status="pass",
+        quality_required=False,
+        quality_reasons=[],
+        cost_status="pass",
+        cost_reasons=[],
+        locate_cause="queueing",
+        choice_warning=None,
+    )
     assert v.decision == "reject"
 
 
-@pytest.mark.parametrize("ablation,scen,quality,required,cost,expected", [
-    ("improves", True, "pass", False, "pass", "accept"),
-    ("improves", False, "pass", False, "pass", "reject"),
-    ("improves", True, "fail", False, "pass", "reject"),
-    ("improves", True, "skipped", True, "pass", "inconclusive"),
-    ("no detectable change", True, "pass", False, "pass", "inconclusive"),
-    ("regresses", True, "pass", False, "pass", "reject"),
-    ("improves", True, "pass", False, "fail", "reject"),
-])
+@pytest.mark.parametrize(
+    "ablation,scen,quality,required,cost,expected",
+    [
+        ("improves", True, "pass", False, "pass", "accept"),
+        ("improves", False, "pass", False, "pass", "reject"),
+        ("improves", True, "fail", False, "pass", "reject"),
+        ("improves", True, "skipped", True, "pass", "inconclusive"),
+        ("no detectable change", True, "pass", False, "pass", "inconclusive"),
+        ("regresses", True, "pass", False, "pass", "reject"),
+        ("improves", True, "pass", False, "fail", "reject"),
+    ],
+)
 def test_verdict_rules(ablation, scen, quality, required, cost, expected) -> None:
-    v = decide(ablation_verdict=ablation, ablation_reasons=[], scenarios_passed={"steady": scen}, scenario_reasons={},
-               quality_status=quality, quality_required=required, quality_reasons=[], cost_status=cost, cost_reasons=[],
-               locate_cause="queueing", choice_warning="w")
+    v = decide(
+        ablation_verdict=ablation,
+        ablation_reasons=[],
+        scenarios_passed={"steady": scen},
+        scenario_reasons={},
+        quality_status=quality,
+        quality_required=required,
+        quality_reasons=[],
+        cost_status=cost,
+        cost_reasons=[],
+        locate_cause="queueing",
+        choice_warning="w",
+    )
     assert v.decision == expected
     assert v.warnings == ["w"] and v.reasons

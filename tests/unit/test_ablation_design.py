@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from inferopt.ablation.availability import unavailable_reason
-from inferopt.ablation.plan import check_bootstrap_resolution, plan_arms
-from inferopt.ablation.run import ablate, fresh_fake_noise
+from inferopt.ablate.availability import unavailable_reason
+from inferopt.ablate.plan import check_bootstrap_resolution, plan_arms
+from inferopt.ablate.run import ablate, fresh_fake_noise
 from inferopt.config import (
     AblationSettings,
     CandidateConfig,
@@ -28,9 +28,15 @@ FAKE_BATCHING = ROOT / "configs/candidates/fake-batching.yaml"
 def _fast(changes: dict, targets: list[str], base: dict | None = None, **ablation) -> CandidateConfig:
     """A fast fake candidate: batched (trials ~0.3 s), decode-dominated steps, 2 % noise, the small workload."""
     d = load_config(FAKE_BATCHING).model_dump()
-    d["baseline"].update({"decode_step_ms": 3.0, "decode_ms_per_seq": 0.0, "jitter_cv": 0.02,
-                          "batching": {"policy": "static", "max_batch_size": 8, "batch_wait_ms": 2.0, "max_queue": None},
-                          **(base or {})})
+    d["baseline"].update(
+        {
+            "decode_step_ms": 3.0,
+            "decode_ms_per_seq": 0.0,
+            "jitter_cv": 0.02,
+            "batching": {"policy": "static", "max_batch_size": 8, "batch_wait_ms": 2.0, "max_queue": None},
+            **(base or {}),
+        }
+    )
     d["workload"].update(num_requests=24)
     d["changes"] = changes
     d["target_metrics"] = targets
@@ -44,7 +50,13 @@ def _fast(changes: dict, targets: list[str], base: dict | None = None, **ablatio
 def test_one_arm_per_change_each_moving_exactly_one_field() -> None:
     cand = load_config(FAKE_BATCHING)
     arms = plan_arms(cand)
-    assert [a.name for a in arms] == ["baseline", "aa", "batching.max_batch_size", "batching.batch_wait_ms", "candidate"]
+    assert [a.name for a in arms] == [
+        "baseline",
+        "aa",
+        "batching.max_batch_size",
+        "batching.batch_wait_ms",
+        "candidate",
+    ]
     assert [a.role for a in arms] == ["baseline", "aa", "single", "single", "candidate"]
     moved = {a.name: set(changed_fields(cand.baseline, a.system)) for a in arms}
     assert moved["baseline"] == moved["aa"] == set()  # the A/A arm is the baseline system again
@@ -58,10 +70,16 @@ def test_a_single_change_is_the_candidate_arm_not_a_duplicate() -> None:
     assert [(a.name, a.role) for a in plan_arms(cand)] == [("baseline", "baseline"), ("candidate", "candidate")]
 
 
-@pytest.mark.parametrize("changes,needle", [
-    ({"batching": {"max_batch_size": 8}}, "moves 2 (batching.batch_wait_ms: 0.0 -> 5.0, batching.max_batch_size: 1 -> 8)"),
-    ({"batching": {"max_batch_size": 8, "batch_wait_ms": 0.0}, "batching.max_batch_size": 4}, "overlap"),
-])
+@pytest.mark.parametrize(
+    "changes,needle",
+    [
+        (
+            {"batching": {"max_batch_size": 8}},
+            "moves 2 (batching.batch_wait_ms: 0.0 -> 5.0, batching.max_batch_size: 1 -> 8)",
+        ),
+        ({"batching": {"max_batch_size": 8, "batch_wait_ms": 0.0}, "batching.max_batch_size": 4}, "overlap"),
+    ],
+)
 def test_a_change_that_is_not_one_field_is_refused_with_the_fields_named(changes, needle) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(FAKE_BATCHING, changes=changes)
@@ -117,7 +135,8 @@ def test_aa_arm_reports_the_noise_floor(tmp_path: Path) -> None:
     res = ablate(cand, tmp_path, system_for_trial=fresh_fake_noise)
     aa = res.effects[res.effects["arm"] == "aa"]
     # every latency metric's effect is reported, with its CI, and each per-trial resource the run measured
-    from inferopt.ablation.compare import METRICS, RESOURCE_METRICS
+    from inferopt.ablate.compare import METRICS, RESOURCE_METRICS
+
     assert {m.name for m in METRICS} <= set(aa["metric"]) <= {m.name for m in METRICS + RESOURCE_METRICS}
     assert aa["ratio_lo"].notna().all()
     assert res.verdicts["aa"]["verdict"] == "no detectable change" and res.verdicts["aa"]["role"] == "aa"
@@ -125,13 +144,15 @@ def test_aa_arm_reports_the_noise_floor(tmp_path: Path) -> None:
 
 
 def test_noise_flagged_when_the_aa_arm_moves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import inferopt.ablation.run as run_mod
+    import inferopt.ablate.run as run_mod
 
     def slow_aa(arm, trial):  # a planted "noisy machine": the A/A arm is systematically slower
         system = fresh_fake_noise(arm, trial)
         return system.model_copy(update={"decode_step_ms": 6.0}) if arm.name == "aa" else system
 
-    res = run_mod.ablate(_fast({"prefill_base_ms": 0.5}, ["tpot_ms_p50"], aa_arm=True), tmp_path, system_for_trial=slow_aa)
+    res = run_mod.ablate(
+        _fast({"prefill_base_ms": 0.5}, ["tpot_ms_p50"], aa_arm=True), tmp_path, system_for_trial=slow_aa
+    )
     assert res.noise_suspicious and res.verdicts["aa"]["verdict"] == "regresses"
     assert any("noise suspicious" in r for r in res.verdicts["candidate"]["reasons"])
 
@@ -173,13 +194,19 @@ def test_gpu_only_options_are_known_unavailable_before_running() -> None:
 
 
 def test_statically_unavailable_arm_never_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import inferopt.ablation.run as run_mod
+    import inferopt.ablate.run as run_mod
 
-    monkeypatch.setattr(run_mod, "unavailable_reason",
-                        lambda s: "needs a GPU (planted)" if getattr(s, "decode_step_ms", None) == 6.0 else None)
+    monkeypatch.setattr(
+        run_mod,
+        "unavailable_reason",
+        lambda s: "needs a GPU (planted)" if getattr(s, "decode_step_ms", None) == 6.0 else None,
+    )
     res = run_mod.ablate(_fast({"decode_step_ms": 6.0}, ["tpot_ms_p50"], repeats=2, bootstrap_samples=500), tmp_path)
-    assert res.verdicts["candidate"] == {**res.verdicts["candidate"], "verdict": "skipped",
-                                         "reasons": ["skipped: needs a GPU (planted)"]}
+    assert res.verdicts["candidate"] == {
+        **res.verdicts["candidate"],
+        "verdict": "skipped",
+        "reasons": ["skipped: needs a GPU (planted)"],
+    }
     assert set(res.trials["arm"]) == {"baseline"}
 
 

@@ -12,14 +12,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from inferopt.ablation.availability import unavailable_reason
-from inferopt.ablation.compare import RESOURCE_METRICS, compare_arms, trial_resources
-from inferopt.ablation.plan import plan_arms
-from inferopt.ablation.run import _skip_reason
-from inferopt.config import CandidateConfig, HFSystem, ModelSpec, load_config
-from inferopt.engines.hf_loop import GreedyBatch, left_pad, make_cache
-from inferopt.model.loading import kv_cache_bits, quantization_config, quantized_cache_kwargs
-from inferopt.model.memory import KVMeter, cache_bytes, tensor_bytes, weight_bytes
+from inferopt.ablate.availability import unavailable_reason  # noqa: E402
+from inferopt.ablate.compare import RESOURCE_METRICS, compare_arms, trial_resources  # noqa: E402
+from inferopt.ablate.plan import plan_arms  # noqa: E402
+from inferopt.ablate.run import _skip_reason  # noqa: E402
+from inferopt.config import CandidateConfig, HFSystem, ModelSpec, load_config  # noqa: E402
+from inferopt.engines.hf.loop import GreedyBatch, left_pad, make_cache  # noqa: E402
+from inferopt.model.loading import kv_cache_bits, quantization_config, quantized_cache_kwargs  # noqa: E402
+from inferopt.model.memory import KVMeter, cache_bytes, tensor_bytes, weight_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ModelSpec(path="builtin:tiny-llama")
@@ -28,24 +28,32 @@ TINY = ModelSpec(path="builtin:tiny-llama")
 # --------------------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("fields,needle", [
-    ({"bnb_double_quant": True}, "bnb_double_quant: true applies to bitsandbytes 4-bit"),
-    ({"bnb_double_quant": True, "weight_quantization": "bnb-int8"}, "fix: weight_quantization: bnb-nf4"),
-    ({"kv_residual_length": 32}, "kv_residual_length: 32 applies to quantized KV caches"),
-    ({"kv_cache": "int4"}, "kv_cache"),
-    ({"weight_quantization": "torchao-int4"}, "torchao-int8"),
-    ({"attn_implementation": "flash"}, "flash_attention_2"),
-])
+@pytest.mark.parametrize(
+    "fields,needle",
+    [
+        ({"bnb_double_quant": True}, "bnb_double_quant: true applies to bitsandbytes 4-bit"),
+        ({"bnb_double_quant": True, "weight_quantization": "bnb-int8"}, "fix: weight_quantization: bnb-nf4"),
+        ({"kv_residual_length": 32}, "kv_residual_length: 32 applies to quantized KV caches"),
+        ({"kv_cache": "int4"}, "kv_cache"),
+        ({"weight_quantization": "torchao-int4"}, "torchao-int8"),
+        ({"attn_implementation": "flash"}, "flash_attention_2"),
+    ],
+)
 def test_bad_options_name_the_field_and_the_fix(fields: dict, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         HFSystem(model=TINY, **fields)
 
 
 def test_sub_options_are_accepted_with_their_parent() -> None:
-    s = HFSystem(model=TINY, weight_quantization="bnb-nf4", bnb_double_quant=True, kv_cache="hqq-int8",
-                 kv_residual_length=32)
+    s = HFSystem(
+        model=TINY, weight_quantization="bnb-nf4", bnb_double_quant=True, kv_cache="hqq-int8", kv_residual_length=32
+    )
     assert quantization_config(s.weight_quantization, s.bnb_double_quant).bnb_4bit_use_double_quant is True
-    assert quantized_cache_kwargs(s.kv_cache, s.kv_residual_length) == {"backend": "hqq", "nbits": 8, "residual_length": 32}
+    assert quantized_cache_kwargs(s.kv_cache, s.kv_residual_length) == {
+        "backend": "hqq",
+        "nbits": 8,
+        "residual_length": 32,
+    }
     assert quantized_cache_kwargs("fp8") == {"backend": "fp8"} and quantized_cache_kwargs("static") is None
     assert kv_cache_bits("quantized-int4") == kv_cache_bits("quanto-int4") == 4 and kv_cache_bits("dynamic") is None
 
@@ -58,13 +66,14 @@ def _candidate(changes: dict, extra: list | None = None) -> CandidateConfig:
 
 
 def test_extra_arms_are_one_change_alternatives_outside_the_candidate() -> None:
-    cand = _candidate({"attn_implementation": "sdpa", "kv_cache": "quanto-int4"},
-                      [{"attn_implementation": "flash_attention_2"}])
+    cand = _candidate(
+        {"attn_implementation": "sdpa", "kv_cache": "quanto-int4"}, [{"attn_implementation": "flash_attention_2"}]
+    )
     arms = {a.name: a for a in plan_arms(cand)}
     extra = arms["attn_implementation=flash_attention_2"]
     assert extra.role == "extra" and extra.tested and extra.system.attn_implementation == "flash_attention_2"
-    assert extra.system.kv_cache == "dynamic"                       # only its own field moved
-    assert arms["candidate"].system.attn_implementation == "sdpa"    # not part of the combination
+    assert extra.system.kv_cache == "dynamic"  # only its own field moved
+    assert arms["candidate"].system.attn_implementation == "sdpa"  # not part of the combination
     assert "GPU-only" in unavailable_reason(extra.system)
     with pytest.raises(ValueError, match="one dotted path per extra arm"):
         _candidate({"attn_implementation": "sdpa"}, [{"attn_implementation": "eager", "dtype": "bfloat16"}])
@@ -78,7 +87,7 @@ def test_a_combined_candidate_with_an_unrunnable_change_is_skipped_with_the_reas
     why = unavailable_reason(arms["candidate"].system)
     assert why and "flash_attention_2" in why
     assert "combined candidate includes a change that cannot run here" in _skip_reason(arms["candidate"], why)
-    assert unavailable_reason(arms["kv_cache"].system) is None      # the runnable change's arm still runs
+    assert unavailable_reason(arms["kv_cache"].system) is None  # the runnable change's arm still runs
     assert _skip_reason(arms["attn_implementation"], why) == why
 
 
@@ -93,8 +102,17 @@ def test_sliding_window_on_llama_is_unavailable_with_the_reason() -> None:
 def _tiny_llama() -> object:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=16, max_position_embeddings=256, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).eval()
 
@@ -123,12 +141,12 @@ def test_quantized_kv_cache_holds_fewer_bytes(kind: str, max_ratio: float) -> No
     assert sizes["dynamic"] == 2 * 2 * 2 * 16 * 4 * ids.shape[0] * (ids.shape[1] + 3)
     assert sizes[kind] < max_ratio * sizes["dynamic"]
     static = 2 * 2 * 2 * 16 * 4 * ids.shape[0] * (ids.shape[1] + 4)  # preallocated prompt + max new tokens
-    assert static <= sizes["static"] <= static + 64                   # + a position counter per layer
+    assert static <= sizes["static"] <= static + 64  # + a position counter per layer
 
 
 def test_kv_meter_reports_nothing_until_a_batch_and_then_peak_and_per_token() -> None:
     meter = KVMeter()
-    assert meter.summary(1000, cuda=False) == {}                     # no zero that would read as a saving
+    assert meter.summary(1000, cuda=False) == {}  # no zero that would read as a saving
     model = _tiny_llama()
     cache = make_cache(model, "dynamic")
     ids = torch.tensor([[1, 5, 6, 7]])
@@ -136,17 +154,30 @@ def test_kv_meter_reports_nothing_until_a_batch_and_then_peak_and_per_token() ->
     meter.note(cache, 4)
     out = meter.summary(1000, cuda=False)
     assert out["kv_peak_bytes"] == cache_bytes(cache) == 2 * 2 * 2 * 16 * 4 * 4
-    assert out["kv_bytes_per_token"] == out["kv_peak_bytes"] / 4 and out["peak_memory_bytes"] == 1000 + out["kv_peak_bytes"]
+    assert (
+        out["kv_bytes_per_token"] == out["kv_peak_bytes"] / 4
+        and out["peak_memory_bytes"] == 1000 + out["kv_peak_bytes"]
+    )
 
 
 # --------------------------------------------------------------------------- effects
 
 
 def _trials(res: dict[str, list[dict]]) -> pd.DataFrame:
-    phases = pd.DataFrame({"outcome": ["ok"] * 3, "ttft_ms": [1.0, 2.0, 3.0], "tpot_ms": [1.0, 1.0, 1.0],
-                           "e2e_ms": [5.0, 6.0, 7.0], "output_len": [4, 4, 4]})
-    rows = [{"arm": arm, "repeat": i, "duration_s": 1.0, "phases": phases, "resources": r}
-            for arm, rs in res.items() for i, r in enumerate(rs)]
+    phases = pd.DataFrame(
+        {
+            "outcome": ["ok"] * 3,
+            "ttft_ms": [1.0, 2.0, 3.0],
+            "tpot_ms": [1.0, 1.0, 1.0],
+            "e2e_ms": [5.0, 6.0, 7.0],
+            "output_len": [4, 4, 4],
+        }
+    )
+    rows = [
+        {"arm": arm, "repeat": i, "duration_s": 1.0, "phases": phases, "resources": r}
+        for arm, rs in res.items()
+        for i, r in enumerate(rs)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -158,7 +189,7 @@ def test_memory_effects_have_paired_cis_and_holm() -> None:
     assert w["ratio"] == pytest.approx(0.25) and w["ratio_lo"] == w["ratio_hi"] == pytest.approx(0.25)  # deterministic
     assert w["significant"] and w["direction"] == "better" and w["unit"] == "bytes"
     assert kv["ratio_lo"] < kv["ratio"] < kv["ratio_hi"] < 1.0 and kv["diff_hi"] < 0 and kv["significant"]
-    assert "peak_rss_bytes" not in eff.index                          # a metric no trial reported: no row
+    assert "peak_rss_bytes" not in eff.index  # a metric no trial reported: no row
 
 
 def test_aa_memory_is_no_change_and_frames_without_resources_keep_the_latency_table() -> None:
@@ -171,8 +202,11 @@ def test_aa_memory_is_no_change_and_frames_without_resources_keep_the_latency_ta
 
 
 def test_trial_resources_take_the_first_finite_number_per_key() -> None:
-    out = trial_resources({"weight_bytes": 10, "kv_peak_bytes": float("nan"), "peak_rss_bytes": True},
-                          {"kv_peak_bytes": 7, "peak_rss_bytes": 99, "cpu_time_s": np.float64(0.5)}, None)
+    out = trial_resources(
+        {"weight_bytes": 10, "kv_peak_bytes": float("nan"), "peak_rss_bytes": True},
+        {"kv_peak_bytes": 7, "peak_rss_bytes": 99, "cpu_time_s": np.float64(0.5)},
+        None,
+    )
     assert out == {"weight_bytes": 10.0, "kv_peak_bytes": 7.0, "peak_rss_bytes": 99.0, "cpu_time_s": 0.5}
 
 
@@ -181,8 +215,16 @@ def test_sliding_window_is_applied_at_load_and_the_cache_keeps_only_the_window(t
 
     from inferopt.model.loading import load_system_model, resolve_model_dir
 
-    cfg = MistralConfig(vocab_size=288, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=None)
+    cfg = MistralConfig(
+        vocab_size=288,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=None,
+    )
     torch.manual_seed(0)
     MistralForCausalLM(cfg).save_pretrained(tmp_path)
     spec = ModelSpec(path=str(tmp_path), tokenizer=str(resolve_model_dir(TINY)))
@@ -196,12 +238,12 @@ def test_sliding_window_is_applied_at_load_and_the_cache_keeps_only_the_window(t
         batch.prefill()
         batch.step()
         sizes[window] = cache_bytes(batch.cache)
-    assert sizes[None] == 2 * 2 * 2 * 16 * 4 * 31                     # every position kept
-    assert sizes[8] < sizes[None] / 2                                 # only about the window
+    assert sizes[None] == 2 * 2 * 2 * 16 * 4 * 31  # every position kept
+    assert sizes[8] < sizes[None] / 2  # only about the window
 
 
 def test_byte_metrics_compose_additively_in_the_interaction_test() -> None:
-    from inferopt.ablation.compare import interaction_table
+    from inferopt.ablate.compare import interaction_table
 
     # peak = weights + KV: weights 1000 -> 270, KV 100 -> 20; together 290 = the sum of both savings, no interaction
     def res(w: float, kv: float, n: int = 3) -> list[dict]:
@@ -216,12 +258,20 @@ def test_byte_metrics_compose_additively_in_the_interaction_test() -> None:
 
 
 def test_exactly_additive_bytes_with_float_round_off_are_no_interaction() -> None:
-    from inferopt.ablation.compare import interaction_table
+    from inferopt.ablate.compare import interaction_table
 
     # the cpu-ablation run's per-trial peaks: torchao int8 weights, 4-bit KV, both (bytes add up exactly)
     b, w, kv, both = 41129472.0, 12921600.0, 39168576.0, 10960704.0
-    trials = _trials({"baseline": [{"peak_memory_bytes": b}] * 3, "w": [{"peak_memory_bytes": w}] * 3,
-                      "kv": [{"peak_memory_bytes": kv}] * 3, "both": [{"peak_memory_bytes": both}] * 3})
+    trials = _trials(
+        {
+            "baseline": [{"peak_memory_bytes": b}] * 3,
+            "w": [{"peak_memory_bytes": w}] * 3,
+            "kv": [{"peak_memory_bytes": kv}] * 3,
+            "both": [{"peak_memory_bytes": both}] * 3,
+        }
+    )
     effects = pd.concat([compare_arms(trials, "baseline", a, alpha=0.05) for a in ("w", "kv", "both")])
-    row = interaction_table(trials, "baseline", ["w", "kv"], "both", effects, ("peak_memory_bytes",), alpha=0.05).iloc[0]
+    row = interaction_table(trials, "baseline", ["w", "kv"], "both", effects, ("peak_memory_bytes",), alpha=0.05).iloc[
+        0
+    ]
     assert row["p_value"] == 1.0 and not row["significant"] and not row["flagged"]

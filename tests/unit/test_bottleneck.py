@@ -2,11 +2,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferopt.analysis.bottleneck import (
-    HOST_OVERHEAD_EFFICIENCY, QUEUE_SHARE_DOMINANT, locate, roofline_points,
+from inferopt.locate.bottleneck import (
+    HOST_OVERHEAD_EFFICIENCY,
+    QUEUE_SHARE_DOMINANT,
+    locate,
+    roofline_points,
 )
-from inferopt.analysis.kv import kv_table
-from inferopt.analysis.roofline import ModelDims, roofline_table, weight_bytes
+from inferopt.locate.kv import kv_table
+from inferopt.locate.roofline import ModelDims, roofline_table, weight_bytes
 
 # an 8B-class model on an H100-class roof, and the project's tiny model on the same roof
 BIG = ModelDims(n_layers=32, hidden=4096, intermediate=14336, n_heads=32, n_kv_heads=8, head_dim=128, vocab=128256)
@@ -14,8 +17,20 @@ TINY = ModelDims(n_layers=6, hidden=384, intermediate=1024, n_heads=12, n_kv_hea
 PEAK, BW = 989e12, 3.35e12
 
 
-def phases(n=100, *, input_len=128, output_len=16, queue_ms=1.0, context_ms=0.2, prefill_ms=20.0, tpot_ms=12.0,
-           batch=4, outcome="ok", seed=0, **extra):
+def phases(
+    n=100,
+    *,
+    input_len=128,
+    output_len=16,
+    queue_ms=1.0,
+    context_ms=0.2,
+    prefill_ms=20.0,
+    tpot_ms=12.0,
+    batch=4,
+    outcome="ok",
+    seed=0,
+    **extra,
+):
     """A synthetic per-request phase table shaped like measure.phases.phase_table + slices, adding up (M3)."""
     rng = np.random.default_rng(seed)
     jitter = lambda x: x * rng.uniform(0.9, 1.1, n)  # noqa: E731
@@ -23,14 +38,27 @@ def phases(n=100, *, input_len=128, output_len=16, queue_ms=1.0, context_ms=0.2,
     out = np.full(n, output_len)
     first, decode = jitter(0.1), (out - 1) * t  # first_ms: the first token's sampling/emission
     ttft = q + c + p + first
-    df = pd.DataFrame({
-        "outcome": outcome, "input_len": input_len, "output_len": out, "cached_tokens": 0,
-        "queue_ms": q, "context_ms": c, "prefill_ms": p, "first_ms": first, "ttft_ms": ttft,
-        "tpot_ms": t, "e2e_ms": ttft + decode, "decode_ms": decode, "batch_size_at_admit": batch,
-        "input_bucket": np.where(np.asarray(input_len) >= 1024, "long", "short"),
-        "output_bucket": np.where(out >= 128, "long", "short"),
-        "concurrency_bucket": f"b{batch}", "cache_hit": "miss",
-    })
+    df = pd.DataFrame(
+        {
+            "outcome": outcome,
+            "input_len": input_len,
+            "output_len": out,
+            "cached_tokens": 0,
+            "queue_ms": q,
+            "context_ms": c,
+            "prefill_ms": p,
+            "first_ms": first,
+            "ttft_ms": ttft,
+            "tpot_ms": t,
+            "e2e_ms": ttft + decode,
+            "decode_ms": decode,
+            "batch_size_at_admit": batch,
+            "input_bucket": np.where(np.asarray(input_len) >= 1024, "long", "short"),
+            "output_bucket": np.where(out >= 128, "long", "short"),
+            "concurrency_bucket": f"b{batch}",
+            "cache_hit": "miss",
+        }
+    )
     for k, v in extra.items():
         df[k] = v
     return df
@@ -38,8 +66,14 @@ def phases(n=100, *, input_len=128, output_len=16, queue_ms=1.0, context_ms=0.2,
 
 def tables(ph, dims=BIG, memory_bytes=80e9):
     roof = roofline_table(dims, PEAK, BW, roofline_points(ph))
-    kv = kv_table(dims, [1024, 8192], batch=int(ph["batch_size_at_admit"].max()), bytes_per_elem=2,
-                  memory_bytes=memory_bytes, weight_bytes=weight_bytes(dims, 2))
+    kv = kv_table(
+        dims,
+        [1024, 8192],
+        batch=int(ph["batch_size_at_admit"].max()),
+        bytes_per_elem=2,
+        memory_bytes=memory_bytes,
+        weight_bytes=weight_bytes(dims, 2),
+    )
     return roof, kv
 
 

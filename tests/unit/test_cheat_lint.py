@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inferopt.ablation.plan import plan_arms
-from inferopt.ablation.run import ablate, fresh_fake_noise
+from inferopt.ablate.plan import plan_arms
+from inferopt.ablate.run import ablate, fresh_fake_noise
 from inferopt.config import (
     ConfigError,
     ConstantArrivals,
@@ -23,7 +23,13 @@ from inferopt.config import (
     load_config,
 )
 from inferopt.engines.fake import FakeEngine
-from inferopt.lint import (
+from inferopt.measure.phases import phase_table
+from inferopt.measure.runner import RunTags
+from inferopt.measure.session import MeasuredRun, run_system
+from inferopt.measure.slices import headline
+from inferopt.records import read_records
+from inferopt.verdict.decide import decide
+from inferopt.verdict.lint import (
     CheatRefused,
     Finding,
     RunEvidence,
@@ -38,20 +44,19 @@ from inferopt.lint import (
     lint_summary,
     refuse_cheats,
 )
-from inferopt.lint.collect import lint_run
-from inferopt.measure.phases import phase_table
-from inferopt.measure.runner import RunTags
-from inferopt.measure.session import MeasuredRun, run_system
-from inferopt.measure.slices import headline
-from inferopt.records import read_records
-from inferopt.verdict import decide
+from inferopt.verdict.lint.collect import lint_run
 from inferopt.workload.build import build_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "configs/candidates/fake-batching.yaml"
 BATCHING = ROOT / "configs/candidates/batching.yaml"
-FAST = {"context_ms": 0.1, "prefill_base_ms": 0.5, "prefill_ms_per_token": 0.01, "decode_step_ms": 0.5,
-        "decode_ms_per_seq": 0.05}
+FAST = {
+    "context_ms": 0.1,
+    "prefill_base_ms": 0.5,
+    "prefill_ms_per_token": 0.01,
+    "decode_step_ms": 0.5,
+    "decode_ms_per_seq": 0.05,
+}
 
 
 def _fake_cfg(**overrides):
@@ -60,18 +65,34 @@ def _fake_cfg(**overrides):
 
 def _workload(n: int = 24, rate: float = 300.0, constant: bool = False, **kw) -> pd.DataFrame:
     arrival = ConstantArrivals(rate_per_s=rate) if constant else PoissonArrivals(rate_per_s=rate)
-    return build_workload(WorkloadConfig(name="lint", seed=4, num_requests=n, arrival=arrival,
-                                         lengths=LengthConfig(input_median=16, output_median=6, output_max=16), **kw))
+    return build_workload(
+        WorkloadConfig(
+            name="lint",
+            seed=4,
+            num_requests=n,
+            arrival=arrival,
+            lengths=LengthConfig(input_median=16, output_median=6, output_max=16),
+            **kw,
+        )
+    )
 
 
 def _run(system: FakeSystem, table: pd.DataFrame, warmup: int = 0, path: Path | None = None) -> MeasuredRun:
-    run = run_system(system, table, RunTags(arm="baseline", scenario="lint"), timeout_s=5.0, records_path=path,
-                     warmup_requests=warmup)
+    run = run_system(
+        system,
+        table,
+        RunTags(arm="baseline", scenario="lint"),
+        timeout_s=5.0,
+        records_path=path,
+        warmup_requests=warmup,
+    )
     assert not run.failed, run.error
     return run
 
 
-def _ev(run: MeasuredRun, table: pd.DataFrame, label: str = "measure", stage: str = "measure", reported=None) -> RunEvidence:
+def _ev(
+    run: MeasuredRun, table: pd.DataFrame, label: str = "measure", stage: str = "measure", reported=None
+) -> RunEvidence:
     return RunEvidence(label, stage, run, sent=len(table), reported=reported)
 
 
@@ -80,9 +101,20 @@ def _blocking(findings: list[Finding]) -> list[Finding]:
 
 
 def _decide(lint, ablation_verdict: str = "improves", scenarios_passed: bool = True):
-    return decide(ablation_verdict=ablation_verdict, ablation_reasons=[], scenarios_passed={"steady": scenarios_passed},
-                  scenario_reasons={}, quality_status="pass", quality_required=False, quality_reasons=[],
-                  cost_status="pass", cost_reasons=[], locate_cause="queueing", choice_warning=None, lint=lint)
+    return decide(
+        ablation_verdict=ablation_verdict,
+        ablation_reasons=[],
+        scenarios_passed={"steady": scenarios_passed},
+        scenario_reasons={},
+        quality_status="pass",
+        quality_required=False,
+        quality_reasons=[],
+        cost_status="pass",
+        cost_reasons=[],
+        locate_cause="queueing",
+        choice_warning=None,
+        lint=lint,
+    )
 
 
 # --------------------------------------------------------------------------- the shipped candidates (controls)
@@ -120,8 +152,11 @@ def test_hf_stop_at_eos_false_is_refused_before_any_model_loads() -> None:
 
 def test_vllm_ignore_eos_in_extra_args_is_refused() -> None:
     data = _fake_cfg().model_dump()
-    data["baseline"] = {"engine": "vllm", "model": {"path": "builtin:tiny-llama"},
-                        "extra_args": ["--override-generation-config", '{"ignore_eos": true, "min_tokens": 32}']}
+    data["baseline"] = {
+        "engine": "vllm",
+        "model": {"path": "builtin:tiny-llama"},
+        "extra_args": ["--override-generation-config", '{"ignore_eos": true, "min_tokens": 32}'],
+    }
     data["changes"] = {"max_num_seqs": 8}
     cfg = type(_fake_cfg()).model_validate(data)
     [f] = [f for f in check_config(cfg) if f.severity == "refuse"]
@@ -143,14 +178,18 @@ def test_a_single_fixed_output_length_in_the_workload_is_refused(lengths: dict) 
 
 def test_a_narrow_length_distribution_is_not_a_fixed_length() -> None:
     """Sampled caps from a (narrow) distribution are how a length mix is replayed: not a cheat."""
-    cfg = _fake_cfg(**{"workload.lengths.output_sigma": 0.1, "workload.lengths.output_min": 6,
-                       "workload.lengths.output_max": 10})
+    cfg = _fake_cfg(
+        **{"workload.lengths.output_sigma": 0.1, "workload.lengths.output_min": 6, "workload.lengths.output_max": 10}
+    )
     assert not _blocking(check_config(cfg))
 
 
 def test_fixed_length_microbenchmark_opts_in_and_is_flagged_not_refused() -> None:
-    over = {"workload.lengths.output_sigma": 0.0, "lint.allow": ["fixed_outputs"],
-            "lint.reason": "fixed-length kernel microbenchmark"}
+    over = {
+        "workload.lengths.output_sigma": 0.0,
+        "lint.allow": ["fixed_outputs"],
+        "lint.reason": "fixed-length kernel microbenchmark",
+    }
     cfg = _fake_cfg(**over)
     findings = refuse_cheats(cfg)  # does not raise
     [f] = [f for f in findings if f.cheat == "fixed_outputs" and f.severity != "note"]
@@ -225,12 +264,15 @@ def test_prefix_cache_warmed_by_warmups_is_caught() -> None:
     assert f.severity == "flag" and f.evidence["check"] == "prefix_cache_unknown"
 
 
-@pytest.mark.parametrize(("info", "caught"), [
-    ({"engine": "vllm", "prefix_cache_reset": True, "system": {"enable_prefix_caching": None}}, False),
-    ({"engine": "vllm", "prefix_cache_reset": False, "system": {"enable_prefix_caching": None}}, True),
-    ({"engine": "vllm", "system": {"enable_prefix_caching": True}}, True),     # no reset reported
-    ({"engine": "vllm", "prefix_cache_reset": False, "system": {"enable_prefix_caching": False}}, False),
-])
+@pytest.mark.parametrize(
+    ("info", "caught"),
+    [
+        ({"engine": "vllm", "prefix_cache_reset": True, "system": {"enable_prefix_caching": None}}, False),
+        ({"engine": "vllm", "prefix_cache_reset": False, "system": {"enable_prefix_caching": None}}, True),
+        ({"engine": "vllm", "system": {"enable_prefix_caching": True}}, True),  # no reset reported
+        ({"engine": "vllm", "prefix_cache_reset": False, "system": {"enable_prefix_caching": False}}, False),
+    ],
+)
 def test_vllm_prefix_cache_reset_is_read_from_engine_info(info: dict, caught: bool) -> None:
     """The vLLM engine reports `prefix_cache_reset` (it resets after the warm-ups); vLLM caches prefixes by default."""
     table = _workload(n=8)
@@ -310,12 +352,21 @@ def small_ablation(tmp_path_factory):
 def test_every_planned_arm_reported_is_clean(small_ablation) -> None:
     cfg, result = small_ablation
     planned = plan_arms(cfg)
-    assert {a.name for a in planned} == {"baseline", "aa", "batching.batch_wait_ms", "batching.max_batch_size", "candidate"}
+    assert {a.name for a in planned} == {
+        "baseline",
+        "aa",
+        "batching.batch_wait_ms",
+        "batching.max_batch_size",
+        "candidate",
+    }
     assert not check_arms(planned, result, logged=[a.name for a in planned])
     # a skipped arm (no trial, a skip reason and a "skipped" verdict) counts as reported
-    skipped = dataclasses.replace(result, trials=result.trials[result.trials["arm"] != "aa"],
-                                  skipped={"aa": "cannot run here"},
-                                  verdicts={**result.verdicts, "aa": {"verdict": "skipped", "reasons": ["skipped"]}})
+    skipped = dataclasses.replace(
+        result,
+        trials=result.trials[result.trials["arm"] != "aa"],
+        skipped={"aa": "cannot run here"},
+        verdicts={**result.verdicts, "aa": {"verdict": "skipped", "reasons": ["skipped"]}},
+    )
     assert not check_arms(planned, skipped)
 
 
@@ -323,16 +374,20 @@ def test_reporting_only_the_best_arm_is_caught(small_ablation) -> None:
     cfg, result = small_ablation
     planned = plan_arms(cfg)
     keep = {"baseline", "candidate"}
-    best_only = dataclasses.replace(result, arms=[a for a in result.arms if a.name in keep],
-                                    verdicts={k: v for k, v in result.verdicts.items() if k in keep},
-                                    trials=result.trials[result.trials["arm"].isin(keep)])
+    best_only = dataclasses.replace(
+        result,
+        arms=[a for a in result.arms if a.name in keep],
+        verdicts={k: v for k, v in result.verdicts.items() if k in keep},
+        trials=result.trials[result.trials["arm"].isin(keep)],
+    )
     [f] = check_arms(planned, best_only)
     assert (f.cheat, f.severity) == ("best_only", "refuse")
     assert set(f.evidence["missing"]) == {"aa", "batching.batch_wait_ms", "batching.max_batch_size"}
     # an arm run but its outcome dropped, or run but never logged
     no_verdict = dataclasses.replace(result, verdicts={k: v for k, v in result.verdicts.items() if k != "aa"})
-    assert check_arms(planned, no_verdict)[0].evidence["missing"] == {"aa": "no verdict (improves / regresses / no "
-                                                                     "detectable change / failed / skipped)"}
+    assert check_arms(planned, no_verdict)[0].evidence["missing"] == {
+        "aa": "no verdict (improves / regresses / no detectable change / failed / skipped)"
+    }
     [f] = check_arms(planned, result, logged=["baseline", "candidate"])
     assert f.evidence["missing"]["aa"] == "not logged to the tracking server"
     # best_only is an integrity failure: lint.allow cannot turn it into a flag
@@ -406,13 +461,19 @@ def test_a_post_run_refusal_makes_the_verdict_at_best_inconclusive() -> None:
 def test_lint_run_on_the_fake_candidate_is_clean(tmp_path: Path) -> None:
     """The whole lint over a real measure + ablation + validation of the fake candidate: only the fake note."""
     from inferopt.measure.step import measure
-    from inferopt.validation.scenarios import validate
+    from inferopt.validate.scenarios import validate
 
     cfg = _fake_cfg(**{"workload.num_requests": 24, "ablation.repeats": 2})
     measured = measure(cfg, tmp_path / "m")
     ablation = ablate(cfg, tmp_path / "a", system_for_trial=fresh_fake_noise)
-    scenarios = validate(cfg.candidate_system, cfg.workload, cfg.validation.scenarios, cfg.slo, tmp_path / "v",
-                         warmup_requests=cfg.measure.warmup_requests)
+    scenarios = validate(
+        cfg.candidate_system,
+        cfg.workload,
+        cfg.validation.scenarios,
+        cfg.slo,
+        tmp_path / "v",
+        warmup_requests=cfg.measure.warmup_requests,
+    )
     findings = lint_run(cfg, measured=measured, ablation=ablation, scenarios=scenarios)
     assert [(f.cheat, f.severity) for f in findings] == [("fixed_outputs", "note")]
     summary = lint_summary(findings)

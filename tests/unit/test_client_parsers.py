@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from inferopt.client import SSEParser, histogram, metric_sum, parse_prometheus, split_key
+from inferopt.transport import SSEParser, histogram, metric_sum, parse_prometheus, split_key
 
 STREAM = (
     b": keep-alive\n\n"
@@ -42,7 +42,7 @@ def test_whole_stream() -> None:
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 13, 64])
 def test_any_split_gives_the_same_events(size: int) -> None:
-    chunks = [STREAM[i:i + size] for i in range(0, len(STREAM), size)]
+    chunks = [STREAM[i : i + size] for i in range(0, len(STREAM), size)]
     assert _events(chunks)[0] == _expected()
 
 
@@ -56,7 +56,7 @@ def test_cr_line_endings_split_between_cr_and_lf() -> None:
 def test_unterminated_event_is_pending_not_dispatched() -> None:
     out, p = _events([b'data: {"choices": []}\n'])
     assert out == [] and p.pending
-    out, p = _events([b"data: {\"cho"])
+    out, p = _events([b'data: {"cho'])
     assert out == [] and p.pending
 
 
@@ -83,7 +83,9 @@ def test_prometheus_keys_are_name_and_verbatim_labels() -> None:
     m = parse_prometheus(METRICS)
     assert m['vllm:request_queue_time_seconds_sum{model_name="tiny"}'] == 1.25
     assert m["process_open_fds"] == 12.0
-    assert m['vllm:admission_rejections_total{reason="queue full, max=4",model_name="tiny"}'] == 7.0  # timestamp dropped
+    assert (
+        m['vllm:admission_rejections_total{reason="queue full, max=4",model_name="tiny"}'] == 7.0
+    )  # timestamp dropped
     assert math.isnan(m['weird{a="x}y",b="q\\"z"}'])
     assert split_key('weird{a="x}y",b="q\\"z"}') == ("weird", {"a": "x}y", "b": 'q"z'})
 
@@ -100,4 +102,4 @@ def test_prometheus_helpers() -> None:
 
 def test_prometheus_bad_line_is_named() -> None:
     with pytest.raises(ValueError, match="bad value"):
-        parse_prometheus("metric_x{a=\"1\"} twelve\n")
+        parse_prometheus('metric_x{a="1"} twelve\n')

@@ -24,7 +24,9 @@ def _write(tmp_path: Path, text: str, name: str = "cand.yaml") -> Path:
     return p
 
 
-def _candidate_text(extra: str = "", rate: str = "2.0", model: str = "builtin:tiny-llama", changes: str = "attn_implementation: sdpa") -> str:
+def _candidate_text(
+    extra: str = "", rate: str = "2.0", model: str = "builtin:tiny-llama", changes: str = "attn_implementation: sdpa"
+) -> str:
     return f"""
 name: t
 baseline:
@@ -36,7 +38,7 @@ changes:
 workload:
   arrival: {{kind: poisson, rate_per_s: {rate}}}
 slo: {{ttft_p99_ms: 100, tpot_p95_ms: 10}}
-hardware: {ROOT / 'configs/hardware/cpu.yaml'}
+hardware: {ROOT / "configs/hardware/cpu.yaml"}
 {extra}
 """
 

@@ -1,11 +1,12 @@
 import pytest
 
-from inferopt.cost import cost_per_successful_task, energy_estimate_j
+from inferopt.gate.cost import cost_per_successful_task, energy_estimate_j
 
 
 def test_cost_per_success_folds_device_and_energy():
-    out = cost_per_successful_task(device_seconds=3600, price_per_hour_usd=3.0, energy_j=3.6e6 * 0.7,
-                                   usd_per_kwh=0.2, n_successful=100)
+    out = cost_per_successful_task(
+        device_seconds=3600, price_per_hour_usd=3.0, energy_j=3.6e6 * 0.7, usd_per_kwh=0.2, n_successful=100
+    )
     assert out["device_cost_usd"] == pytest.approx(3.0)
     assert out["energy_cost_usd"] == pytest.approx(0.14)
     assert out["total_cost_usd"] == pytest.approx(3.14)

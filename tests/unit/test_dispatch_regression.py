@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferopt.ablation.dispatch import PrecomputedTrials, load_run, save_run, trial_config, trial_dir
-from inferopt.ablation.plan import Trial
-from inferopt.ablation.regression import ACCEPTED, TONIGHT, compare_to_accepted
+from inferopt.ablate.dispatch import PrecomputedTrials, load_run, save_run, trial_config, trial_dir
+from inferopt.ablate.plan import Trial
+from inferopt.ablate.regression import ACCEPTED, TONIGHT, compare_to_accepted
 from inferopt.config import load_config
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun
@@ -23,15 +23,25 @@ def _phases(rng: np.random.Generator, scale: float, n: int = 60, failed: int = 0
     tpot = rng.lognormal(np.log(3 * scale), 0.1, n)
     out = np.full(n, 8)
     outcome = np.array(["ok"] * (n - failed) + ["timeout"] * failed)
-    return pd.DataFrame({"outcome": outcome, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": ttft + 7 * tpot,
-                         "output_len": out})
+    return pd.DataFrame(
+        {"outcome": outcome, "ttft_ms": ttft, "tpot_ms": tpot, "e2e_ms": ttft + 7 * tpot, "output_len": out}
+    )
 
 
 def _trials(arm: str, scale: float, repeats: int, seed: int, failed_requests: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    return pd.DataFrame([{"arm": arm, "repeat": r, "duration_s": 0.5 * scale * rng.lognormal(0, 0.02), "failed": False,
-                          "phases": _phases(rng, scale * rng.lognormal(0, 0.02), failed=failed_requests)}
-                         for r in range(repeats)])
+    return pd.DataFrame(
+        [
+            {
+                "arm": arm,
+                "repeat": r,
+                "duration_s": 0.5 * scale * rng.lognormal(0, 0.02),
+                "failed": False,
+                "phases": _phases(rng, scale * rng.lognormal(0, 0.02), failed=failed_requests),
+            }
+            for r in range(repeats)
+        ]
+    )
 
 
 def test_unchanged_passes_and_planted_slowdown_is_a_regression() -> None:
@@ -60,9 +70,15 @@ def test_crash_and_failed_requests_are_regressions_and_one_repeat_is_refused() -
 
 def test_trial_files_round_trip_and_missing_results_fail_with_the_reason(tmp_path) -> None:
     rec = RequestRecord(request_id="r1", outcome="ok", input_len=4, output_len=2, token_s=[1.0, 2.0], arm="candidate")
-    run = MeasuredRun(tags=RunTags(run_tag="p", arm="candidate", trial=1, scenario="ablation"), records=[rec],
-                      phases=_phases(np.random.default_rng(0), 1.0, n=5), duration_s=1.25,
-                      engine_info={"engine": "fake"}, warmup_declared=2, join={"kind": "none"})
+    run = MeasuredRun(
+        tags=RunTags(run_tag="p", arm="candidate", trial=1, scenario="ablation"),
+        records=[rec],
+        phases=_phases(np.random.default_rng(0), 1.0, n=5),
+        duration_s=1.25,
+        engine_info={"engine": "fake"},
+        warmup_declared=2,
+        join={"kind": "none"},
+    )
     save_run(run, trial_dir(tmp_path / "candidate", 1))
     back = load_run(trial_dir(tmp_path / "candidate", 1))
     assert back.tags == run.tags and back.duration_s == 1.25 and back.warmup_declared == 2

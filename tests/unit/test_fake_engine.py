@@ -16,15 +16,16 @@ from inferopt.records import ServerTimings
 @dataclass
 class Outcome:
     request_id: str
-    kind: str = "ok"                  # ok / rejected / error
+    kind: str = "ok"  # ok / rejected / error
     tokens: list[int] = field(default_factory=list)
     server: ServerTimings | None = None
     error: str | None = None
 
 
 def _req(i: int, prompt_len: int = 8, max_new: int = 4, **kw) -> GenRequest:
-    return GenRequest(request_id=f"r{i}", prompt_token_ids=[1] + [10 + j for j in range(prompt_len - 1)],
-                      max_new_tokens=max_new, **kw)
+    return GenRequest(
+        request_id=f"r{i}", prompt_token_ids=[1] + [10 + j for j in range(prompt_len - 1)], max_new_tokens=max_new, **kw
+    )
 
 
 async def _consume(engine: FakeEngine, req: GenRequest) -> Outcome:
@@ -57,7 +58,13 @@ async def _run(system: FakeSystem, requests: list[GenRequest], gaps_s: list[floa
         await engine.stop()
 
 
-FAST = {"context_ms": 0.1, "prefill_base_ms": 0.5, "prefill_ms_per_token": 0.01, "decode_step_ms": 0.5, "decode_ms_per_seq": 0.05}
+FAST = {
+    "context_ms": 0.1,
+    "prefill_base_ms": 0.5,
+    "prefill_ms_per_token": 0.01,
+    "decode_step_ms": 0.5,
+    "decode_ms_per_seq": 0.05,
+}
 
 
 def test_concurrent_arrivals_are_grouped_up_to_max_batch_size() -> None:
@@ -87,8 +94,9 @@ def test_batch_wait_window_delays_a_lone_request() -> None:
 
 def test_max_queue_rejects_arrivals_beyond_the_bound() -> None:
     # the first batch (1 request) runs ~long decode while 5 more arrive; only 2 may wait
-    system = FakeSystem(**{**FAST, "decode_step_ms": 5.0},
-                        batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0, max_queue=2))
+    system = FakeSystem(
+        **{**FAST, "decode_step_ms": 5.0}, batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0, max_queue=2)
+    )
     reqs = [_req(0, max_new=8)] + [_req(i) for i in range(1, 6)]
     outs = asyncio.run(_run(system, reqs, gaps_s=[0.005] + [0.0] * 4))
     kinds = [o.kind for o in outs]
@@ -103,7 +111,7 @@ def test_timestamps_are_ordered_and_one_per_token() -> None:
     system = FakeSystem(**FAST, jitter_cv=0.3, batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=2))
     reqs = [_req(i, prompt_len=4 + i, max_new=3 + i) for i in range(5)]
     outs = asyncio.run(_run(system, reqs, gaps_s=[0.001] * 4))
-    for o, req in zip(outs, reqs):
+    for o, req in zip(outs, reqs, strict=False):
         s = o.server
         assert o.kind == "ok" and s.finish_reason == "length"
         assert len(o.tokens) == req.max_new_tokens == len(s.token_s)
@@ -113,12 +121,18 @@ def test_timestamps_are_ordered_and_one_per_token() -> None:
 
 
 def test_prefill_and_decode_delays_follow_the_script() -> None:
-    system = FakeSystem(context_ms=0.0, prefill_base_ms=2.0, prefill_ms_per_token=1.0, decode_step_ms=3.0,
-                        decode_ms_per_seq=0.0, batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0))
+    system = FakeSystem(
+        context_ms=0.0,
+        prefill_base_ms=2.0,
+        prefill_ms_per_token=1.0,
+        decode_step_ms=3.0,
+        decode_ms_per_seq=0.0,
+        batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0),
+    )
     (out,) = asyncio.run(_run(system, [_req(0, prompt_len=20, max_new=5)]))
     s = out.server
     assert s.prefill_end_s - s.prefill_start_s >= 0.022 * 0.95
-    gaps = [b - a for a, b in zip(s.token_s, s.token_s[1:])]
+    gaps = [b - a for a, b in zip(s.token_s, s.token_s[1:], strict=False)]
     assert min(gaps) >= 0.003 * 0.95
 
 
@@ -141,8 +155,14 @@ def test_cached_prefix_needs_a_served_group() -> None:
 
 def test_seeded_runs_are_deterministic() -> None:
     def once(seed: int) -> list[tuple]:
-        system = FakeSystem(**FAST, error_rate=0.3, cached_prefix_fraction=0.5, jitter_cv=0.5, seed=seed,
-                            batching=BatchingKnobs(max_batch_size=4, batch_wait_ms=1))
+        system = FakeSystem(
+            **FAST,
+            error_rate=0.3,
+            cached_prefix_fraction=0.5,
+            jitter_cv=0.5,
+            seed=seed,
+            batching=BatchingKnobs(max_batch_size=4, batch_wait_ms=1),
+        )
         reqs = [_req(i, prefix_group=i % 2, prefix_len=4) for i in range(12)]
         outs = asyncio.run(_run(system, reqs))
         return [(o.kind, tuple(o.tokens), o.server.cached_tokens if o.server else None) for o in outs]
@@ -153,7 +173,9 @@ def test_seeded_runs_are_deterministic() -> None:
 
 def test_cancelled_consumer_stops_and_is_recorded() -> None:
     async def scenario() -> int:
-        system = FakeSystem(**{**FAST, "decode_step_ms": 2.0}, batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=0))
+        system = FakeSystem(
+            **{**FAST, "decode_step_ms": 2.0}, batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=0)
+        )
         engine = make_engine(system)
         await engine.start()
         got = 0

@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from inferopt.analysis.flops import count_flops, flops_check, register_cpu_sdpa_flops  # noqa: E402
 from inferopt.config import ModelSpec  # noqa: E402
+from inferopt.locate.flops import count_flops, flops_check, register_cpu_sdpa_flops  # noqa: E402
 from inferopt.model.loading import load_model  # noqa: E402
 
 

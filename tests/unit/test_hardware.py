@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from inferopt.analysis.hardware import hardware_cache_dir, load_hardware
 from inferopt.config import load_config
+from inferopt.locate.hardware import hardware_cache_dir, load_hardware
 
 HW_DIR = Path(__file__).resolve().parents[2] / "configs" / "hardware"
 EXPECTED = {"cpu", "h100-sxm", "h200", "a100-80gb", "l4", "l40s"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferopt.ablation.availability import unavailable_reason
-from inferopt.analysis.locate_step import locate_step, max_batch_size
+from inferopt.ablate.availability import unavailable_reason
 from inferopt.config import load_config
+from inferopt.locate.step import locate_step, max_batch_size
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import run_system
 from inferopt.workload.build import build_workload

@@ -17,23 +17,27 @@ from inferopt.measure.nvml import (
 
 def test_aggregate_power_energy_memory_clock():
     # 100 W for 1 s, then a ramp to 300 W over 2 s: energy 100 + 400 = 500 J over 3 s
-    samples = [{"t_s": 10.0, "power_w": 100.0, "mem_used_bytes": 1e9, "sm_clock_mhz": 1980.0, "energy_counter_mj": 0.0},
-               {"t_s": 11.0, "power_w": 100.0, "mem_used_bytes": 3e9, "sm_clock_mhz": 1980.0, "energy_counter_mj": 1e5},
-               {"t_s": 13.0, "power_w": 300.0, "mem_used_bytes": 2e9, "sm_clock_mhz": 1500.0, "energy_counter_mj": 5.1e5}]
+    samples = [
+        {"t_s": 10.0, "power_w": 100.0, "mem_used_bytes": 1e9, "sm_clock_mhz": 1980.0, "energy_counter_mj": 0.0},
+        {"t_s": 11.0, "power_w": 100.0, "mem_used_bytes": 3e9, "sm_clock_mhz": 1980.0, "energy_counter_mj": 1e5},
+        {"t_s": 13.0, "power_w": 300.0, "mem_used_bytes": 2e9, "sm_clock_mhz": 1500.0, "energy_counter_mj": 5.1e5},
+    ]
     out = aggregate_gpu_samples(list(reversed(samples)))  # order does not matter: sorted by time
     assert out["gpu_energy_j"] == pytest.approx(500.0)
-    assert out["gpu_power_w_mean"] == pytest.approx(500.0 / 3.0)   # time-weighted (see the next test)
+    assert out["gpu_power_w_mean"] == pytest.approx(500.0 / 3.0)  # time-weighted (see the next test)
     assert out["gpu_power_w_peak"] == 300.0
     assert out["gpu_mem_used_bytes_peak"] == 3e9
     assert out["gpu_sm_clock_mhz_min"] == 1500.0 and out["gpu_sm_clock_mhz_mean"] == pytest.approx(1820.0)
-    assert out["gpu_energy_j_counter"] == pytest.approx(510.0)      # the driver's counter, to check the integral
+    assert out["gpu_energy_j_counter"] == pytest.approx(510.0)  # the driver's counter, to check the integral
     assert out["gpu_span_s"] == 3.0 and out["gpu_samples"] == 3
 
 
 def test_aggregate_time_weighting_differs_from_the_sample_mean():
     # dense samples at low power, one long gap at high power: the sample mean undercounts the energy
-    s = [{"t_s": t, "power_w": p, "mem_used_bytes": 0.0, "sm_clock_mhz": 1.0}
-         for t, p in [(0.0, 100.0), (0.1, 100.0), (0.2, 100.0), (10.2, 100.0 + 0.0)]]
+    s = [
+        {"t_s": t, "power_w": p, "mem_used_bytes": 0.0, "sm_clock_mhz": 1.0}
+        for t, p in [(0.0, 100.0), (0.1, 100.0), (0.2, 100.0), (10.2, 100.0 + 0.0)]
+    ]
     s[-1]["power_w"] = 300.0
     out = aggregate_gpu_samples(s)
     assert out["gpu_energy_j"] == pytest.approx(100 * 0.2 + (100 + 300) / 2 * 10.0)
@@ -47,7 +51,7 @@ def test_aggregate_time_weighting_differs_from_the_sample_mean():
 def test_visible_indices():
     assert visible_indices(4, {}) == [0, 1, 2, 3]
     assert visible_indices(4, {"CUDA_VISIBLE_DEVICES": "2,0"}) == [2, 0]
-    assert visible_indices(4, {"CUDA_VISIBLE_DEVICES": "1,-1,3"}) == [1]   # CUDA stops at the first invalid
+    assert visible_indices(4, {"CUDA_VISIBLE_DEVICES": "1,-1,3"}) == [1]  # CUDA stops at the first invalid
     assert visible_indices(2, {"CUDA_VISIBLE_DEVICES": ""}) == []
     assert visible_indices(2, {"CUDA_VISIBLE_DEVICES": "GPU-abc"}) == [0, 1]
 
@@ -62,19 +66,28 @@ def _fake_pynvml(energy=True):
         return 1000.0 * (h + 1)
 
     return types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_CLOCK_SM=1,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"Fake H200",
-        nvmlDeviceGetPowerUsage=lambda h: 150_000 + 1000 * h,          # mW
+        NVMLError=NVMLError,
+        NVML_CLOCK_SM=1,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"Fake H200",
+        nvmlDeviceGetPowerUsage=lambda h: 150_000 + 1000 * h,  # mW
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=(h + 1) * 2**30),
         nvmlDeviceGetClockInfo=lambda h, kind: 1800 + 100 * h,
-        nvmlDeviceGetTotalEnergyConsumption=energy_fn, nvmlShutdown=lambda: None)
+        nvmlDeviceGetTotalEnergyConsumption=energy_fn,
+        nvmlShutdown=lambda: None,
+    )
 
 
 def test_reader_sums_power_and_memory_over_visible_devices():
     reader = NvmlReader(_fake_pynvml(), [0, 1])
     s = reader.read(5.0)
-    assert s == {"t_s": 5.0, "power_w": 301.0, "mem_used_bytes": 3 * 2**30, "sm_clock_mhz": 1850.0,
-                 "energy_counter_mj": 3000.0}
+    assert s == {
+        "t_s": 5.0,
+        "power_w": 301.0,
+        "mem_used_bytes": 3 * 2**30,
+        "sm_clock_mhz": 1850.0,
+        "energy_counter_mj": 3000.0,
+    }
     assert reader.info() == {"devices": ["Fake H200", "Fake H200"], "indices": [0, 1]}
     assert "energy_counter_mj" not in NvmlReader(_fake_pynvml(energy=False), [0]).read(0.0)
 

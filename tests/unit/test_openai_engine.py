@@ -19,9 +19,21 @@ from inferopt.workload import build_workload
 
 
 def _table(n: int, rate: float = 200.0, out: int = 5) -> pd.DataFrame:
-    cfg = WorkloadConfig(name="oa", seed=3, num_requests=n, arrival=ConstantArrivals(rate_per_s=rate),
-                         lengths=LengthConfig(input_median=12, output_median=out, output_sigma=0.0, output_min=out,
-                                              output_max=out, input_min=4, input_max=40))
+    cfg = WorkloadConfig(
+        name="oa",
+        seed=3,
+        num_requests=n,
+        arrival=ConstantArrivals(rate_per_s=rate),
+        lengths=LengthConfig(
+            input_median=12,
+            output_median=out,
+            output_sigma=0.0,
+            output_min=out,
+            output_max=out,
+            input_min=4,
+            input_max=40,
+        ),
+    )
     return build_workload(cfg)
 
 
@@ -29,15 +41,27 @@ def _system(server: FakeOpenAIServer, **kw) -> OpenAISystem:
     return OpenAISystem(base_url=server.base_url, served_model="m", vocab_size=500, **kw)
 
 
-async def _replay(modes_by_index: dict[int, str], n: int, *, timeout_s: float = 5.0, sink: RecordSink | None = None,
-                  metrics: bool = True, extra_body: dict | None = None, **server_kw):
+async def _replay(
+    modes_by_index: dict[int, str],
+    n: int,
+    *,
+    timeout_s: float = 5.0,
+    sink: RecordSink | None = None,
+    metrics: bool = True,
+    extra_body: dict | None = None,
+    **server_kw,
+):
     table = _table(n)
     ids = list(table["request_id"])
-    async with FakeOpenAIServer(modes={ids[i]: m for i, m in modes_by_index.items()}, metrics=metrics, **server_kw) as srv:
+    async with FakeOpenAIServer(
+        modes={ids[i]: m for i, m in modes_by_index.items()}, metrics=metrics, **server_kw
+    ) as srv:
         engine = OpenAIEngine(_system(srv), extra_body=extra_body)
         await engine.start()
         try:
-            res = await run_open_loop(engine, table, vocab_size=500, timeout_s=timeout_s, tags=RunTags(arm="a"), sink=sink)
+            res = await run_open_loop(
+                engine, table, vocab_size=500, timeout_s=timeout_s, tags=RunTags(arm="a"), sink=sink
+            )
         finally:
             await engine.stop()
     return table, res, srv
@@ -82,14 +106,17 @@ def test_server_without_continuous_usage_counts_text_chunks() -> None:
     assert r.outcome == "ok" and r.output_len == 5 and r.client_chunk_tokens == [1] * 5
 
 
-@pytest.mark.parametrize("mode,outcome,text", [
-    ("http429", "rejected", "HTTP 429"),
-    ("http503", "rejected", "HTTP 503"),
-    ("sse503", "rejected", "code 503"),
-    ("sse500", "error", "code 500"),
-    ("die", "error", "mid-stream"),
-    ("nodone", "error", "without [DONE]"),
-])
+@pytest.mark.parametrize(
+    "mode,outcome,text",
+    [
+        ("http429", "rejected", "HTTP 429"),
+        ("http503", "rejected", "HTTP 503"),
+        ("sse503", "rejected", "code 503"),
+        ("sse500", "error", "code 500"),
+        ("die", "error", "mid-stream"),
+        ("nodone", "error", "without [DONE]"),
+    ],
+)
 def test_failures_become_records(mode: str, outcome: str, text: str, tmp_path) -> None:
     with RecordSink(tmp_path / "r.jsonl") as sink:
         table, res, _ = asyncio.run(_replay({1: mode}, 3, sink=sink))
@@ -114,8 +141,10 @@ def test_no_metrics_endpoint_gives_empty_metrics() -> None:
 
 def test_refuses_output_length_forcing_and_unreachable_servers() -> None:
     with pytest.raises(ValueError, match="cheat"):
-        OpenAIEngine(OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=10),
-                     extra_body={"ignore_eos": True})
+        OpenAIEngine(
+            OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=10),
+            extra_body={"ignore_eos": True},
+        )
 
     async def start_dead() -> None:
         await make_engine(OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=10)).start()
@@ -125,8 +154,11 @@ def test_refuses_output_length_forcing_and_unreachable_servers() -> None:
 
 
 def test_info_hides_header_values() -> None:
-    e = OpenAIEngine(OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=10,
-                                  headers={"Authorization": "Bearer secret"}))
+    e = OpenAIEngine(
+        OpenAISystem(
+            base_url="http://127.0.0.1:9", served_model="m", vocab_size=10, headers={"Authorization": "Bearer secret"}
+        )
+    )
     assert "secret" not in repr(e.info()) and e.info()["engine"] == "openai"
 
 

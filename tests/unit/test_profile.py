@@ -11,24 +11,33 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferopt.analysis.profile import (
-    PhaseProfile, breakdown, category_share, classify, host_share, representative_shape, roof_work_share,
+from inferopt.locate.profile import (
+    PhaseProfile,
+    breakdown,
+    category_share,
+    classify,
+    host_share,
+    representative_shape,
+    roof_work_share,
 )
 from inferopt.measure.resources import process_usage, usage_delta
 
 
-@pytest.mark.parametrize("name, shapes, under_linear, expected", [
-    ("aten::_scaled_dot_product_flash_attention_for_cpu", None, False, "attention"),
-    ("aten::scaled_dot_product_attention", None, False, "attention"),
-    ("aten::_softmax", None, False, "attention"),
-    ("aten::mm", [[4, 384], [384, 384]], True, "matmul"),
-    ("aten::linear", None, False, "matmul"),
-    ("aten::matmul", [[1, 12, 64, 32], [1, 12, 32, 64]], False, "attention"),  # eager Q K^T
-    ("aten::bmm", [[1, 16, 1], [1, 1, 64]], False, "matmul"),                  # rotary's position x frequency
-    ("aten::matmul", [[1, 1, 12, 32], [32, 384]], True, "matmul"),             # 4-D input, but inside a linear
-    ("aten::mul", None, False, None),
-    ("aten::cat", None, False, None),
-])
+@pytest.mark.parametrize(
+    "name, shapes, under_linear, expected",
+    [
+        ("aten::_scaled_dot_product_flash_attention_for_cpu", None, False, "attention"),
+        ("aten::scaled_dot_product_attention", None, False, "attention"),
+        ("aten::_softmax", None, False, "attention"),
+        ("aten::mm", [[4, 384], [384, 384]], True, "matmul"),
+        ("aten::linear", None, False, "matmul"),
+        ("aten::matmul", [[1, 12, 64, 32], [1, 12, 32, 64]], False, "attention"),  # eager Q K^T
+        ("aten::bmm", [[1, 16, 1], [1, 1, 64]], False, "matmul"),  # rotary's position x frequency
+        ("aten::matmul", [[1, 1, 12, 32], [32, 384]], True, "matmul"),  # 4-D input, but inside a linear
+        ("aten::mul", None, False, None),
+        ("aten::cat", None, False, None),
+    ],
+)
 def test_classify(name: str, shapes: Any, under_linear: bool, expected: str | None) -> None:
     assert classify(name, shapes, under_linear) == expected
 
@@ -50,15 +59,15 @@ class Ev:
 def _tree() -> list[Ev]:
     prefill = Ev("prefill", 100.0, cpu_time_total=1000.0)
     linear = Ev("aten::linear", 10.0, cpu_parent=prefill)
-    t = Ev("aten::t", 5.0, cpu_parent=linear)            # inherits matmul from linear
+    t = Ev("aten::t", 5.0, cpu_parent=linear)  # inherits matmul from linear
     mm = Ev("aten::mm", 485.0, cpu_parent=linear)
     sdpa = Ev("aten::_scaled_dot_product_flash_attention_for_cpu", 190.0, cpu_parent=prefill)
-    empty = Ev("aten::empty", 10.0, cpu_parent=sdpa)     # inherits attention
+    empty = Ev("aten::empty", 10.0, cpu_parent=sdpa)  # inherits attention
     mul = Ev("aten::mul", 200.0, cpu_parent=prefill)
     decode = Ev("decode", 60.0, cpu_time_total=100.0)
     dmm = Ev("aten::mm", 30.0, cpu_parent=decode)
     dadd = Ev("aten::add", 10.0, cpu_parent=decode)
-    outside = Ev("aten::zeros", 999.0)                   # not under a phase: ignored
+    outside = Ev("aten::zeros", 999.0)  # not under a phase: ignored
     return [prefill, linear, t, mm, sdpa, empty, mul, decode, dmm, dadd, outside]
 
 
@@ -80,18 +89,33 @@ def test_breakdown_sums_self_time_per_phase_and_category() -> None:
 
 
 def test_host_share_on_cuda_is_device_idle_share() -> None:
-    ops = pd.DataFrame({"phase": "decode", "category": ["attention", "matmul", "other", "host"], "n_forwards": 1,
-                        "self_cpu_ms": [1.0, 1.0, 1.0, 1.0], "self_cpu_ms_per_forward": 1.0, "share": 0.25,
-                        "self_device_ms": [0.1, 0.2, 0.1, 0.0], "device_share": [0.1, 0.2, 0.1, 0.0]})
+    ops = pd.DataFrame(
+        {
+            "phase": "decode",
+            "category": ["attention", "matmul", "other", "host"],
+            "n_forwards": 1,
+            "self_cpu_ms": [1.0, 1.0, 1.0, 1.0],
+            "self_cpu_ms_per_forward": 1.0,
+            "share": 0.25,
+            "self_device_ms": [0.1, 0.2, 0.1, 0.0],
+            "device_share": [0.1, 0.2, 0.1, 0.0],
+        }
+    )
     assert host_share(ops, "decode") == pytest.approx(0.6)
     assert roof_work_share(ops, "decode") == pytest.approx(0.3)
     assert math.isnan(host_share(ops, "prefill")) and math.isnan(host_share(None, "decode"))
 
 
 def test_representative_shape() -> None:
-    ph = pd.DataFrame({"outcome": ["ok", "ok", "ok", "timeout"], "input_len": [100, 200, 300, 5000],
-                       "cached_tokens": [0, 0, 100, 0], "output_len": [5, 40, 60, 1],
-                       "batch_size_at_admit": [1, 2, 2, np.nan]})
+    ph = pd.DataFrame(
+        {
+            "outcome": ["ok", "ok", "ok", "timeout"],
+            "input_len": [100, 200, 300, 5000],
+            "cached_tokens": [0, 0, 100, 0],
+            "output_len": [5, 40, 60, 1],
+            "batch_size_at_admit": [1, 2, 2, np.nan],
+        }
+    )
     assert representative_shape(ph) == {"prompt_len": 200, "batch": 2, "decode_steps": 8}
     assert representative_shape(ph, max_positions=100)["prompt_len"] == 91
 
@@ -109,8 +133,8 @@ def test_resources_around_work() -> None:
 @pytest.fixture(scope="module")
 def tiny_profile() -> PhaseProfile:
     pytest.importorskip("torch")
-    from inferopt.analysis.profile import profile_phases
     from inferopt.config import HFSystem, ModelSpec
+    from inferopt.locate.profile import profile_phases
 
     system = HFSystem(model=ModelSpec(path="builtin:tiny-llama"), attn_implementation="sdpa", torch_threads=1)
     return profile_phases(system, prompt_len=32, batch=2, decode_steps=3, repeats=1)
@@ -180,27 +204,54 @@ def _decode_table(n: int = 50) -> pd.DataFrame:
     out = np.full(n, 200)
     decode = (out - 1) * t
     ttft = 1.0 + 0.2 + 20.0 + 0.1
-    return pd.DataFrame({
-        "outcome": "ok", "input_len": 128, "output_len": out, "cached_tokens": 0, "queue_ms": 1.0,
-        "context_ms": 0.2, "prefill_ms": 20.0, "first_ms": 0.1, "ttft_ms": ttft, "tpot_ms": t,
-        "e2e_ms": ttft + decode, "decode_ms": decode, "batch_size_at_admit": 1,
-        "input_bucket": "short", "output_bucket": "long", "concurrency_bucket": "b1", "cache_hit": "miss",
-    })
+    return pd.DataFrame(
+        {
+            "outcome": "ok",
+            "input_len": 128,
+            "output_len": out,
+            "cached_tokens": 0,
+            "queue_ms": 1.0,
+            "context_ms": 0.2,
+            "prefill_ms": 20.0,
+            "first_ms": 0.1,
+            "ttft_ms": ttft,
+            "tpot_ms": t,
+            "e2e_ms": ttft + decode,
+            "decode_ms": decode,
+            "batch_size_at_admit": 1,
+            "input_bucket": "short",
+            "output_bucket": "long",
+            "concurrency_bucket": "b1",
+            "cache_hit": "miss",
+        }
+    )
 
 
 def _ops(host: float, attention: float = 0.05) -> pd.DataFrame:
     rest = 1.0 - host - attention
     shares = {"attention": attention, "matmul": rest * 0.8, "other": rest * 0.2, "host": host}
-    return pd.DataFrame([{"phase": "decode", "category": c, "n_forwards": 10, "self_cpu_ms": s * 100,
-                          "self_cpu_ms_per_forward": s * 10, "share": s, "self_device_ms": np.nan,
-                          "device_share": np.nan} for c, s in shares.items()])
+    return pd.DataFrame(
+        [
+            {
+                "phase": "decode",
+                "category": c,
+                "n_forwards": 10,
+                "self_cpu_ms": s * 100,
+                "self_cpu_ms_per_forward": s * 10,
+                "share": s,
+                "self_device_ms": np.nan,
+                "device_share": np.nan,
+            }
+            for c, s in shares.items()
+        ]
+    )
 
 
 @pytest.mark.parametrize("host, cause", [(0.3, "bandwidth"), (0.7, "host_overhead")])
 def test_profile_host_share_decides_between_roof_and_host(host: float, cause: str) -> None:
-    from inferopt.analysis.bottleneck import HOST_SHARE_DOMINANT, locate, roofline_points
-    from inferopt.analysis.kv import kv_table
-    from inferopt.analysis.roofline import ModelDims, roofline_table, weight_bytes
+    from inferopt.locate.bottleneck import HOST_SHARE_DOMINANT, locate, roofline_points
+    from inferopt.locate.kv import kv_table
+    from inferopt.locate.roofline import ModelDims, roofline_table, weight_bytes
 
     big = ModelDims(n_layers=32, hidden=4096, intermediate=14336, n_heads=32, n_kv_heads=8, head_dim=128, vocab=128256)
     ph = _decode_table()

@@ -15,25 +15,61 @@ from inferopt.config import (
     OpenAISystem,
     VLLMSystem,
 )
+from inferopt.gate import suite_gate
+from inferopt.gate.lmeval import SuiteResult
+from inferopt.gate.served import quality_system
 from inferopt.model.builtin import shipped_dir
-from inferopt.quality import suite_gate
-from inferopt.quality.lmeval import SuiteResult
-from inferopt.quality.served import quality_system
 
-VLLM = VLLMSystem(name="v", model=ModelSpec(path="builtin:tiny-llama"), max_model_len=2048, max_num_seqs=8,
-                  max_num_batched_tokens=256, enable_chunked_prefill=True, kv_cache_dtype="fp8", max_num_queued_reqs=4)
+VLLM = VLLMSystem(
+    name="v",
+    model=ModelSpec(path="builtin:tiny-llama"),
+    max_model_len=2048,
+    max_num_seqs=8,
+    max_num_batched_tokens=256,
+    enable_chunked_prefill=True,
+    kv_cache_dtype="fp8",
+    max_num_queued_reqs=4,
+)
 OPENAI = OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=100)
 HF = HFSystem(model=ModelSpec(path="builtin:tiny-llama"))
 
 
 def _samples(values: list[float], with_mc: bool = True) -> pd.DataFrame:
-    rows = [{"task_name": "inferopt_arith", "doc_id": i, "id": f"a{i}", "task": "arith", "lang": "en",
-             "context": "short", "risk": "normal", "metric": "exact", "value": v, "response": str(v)}
-            for i, v in enumerate(values)]
+    rows = [
+        {
+            "task_name": "inferopt_arith",
+            "doc_id": i,
+            "id": f"a{i}",
+            "task": "arith",
+            "lang": "en",
+            "context": "short",
+            "risk": "normal",
+            "metric": "exact",
+            "value": v,
+            "response": str(v),
+        }
+        for i, v in enumerate(values)
+    ]
     if with_mc:
-        rows += [{"task_name": "inferopt_mc", "doc_id": i, "id": f"m{i}", "task": "mc", "lang": "en", "context": "short",
-                  "risk": "normal", "metric": "acc", "value": 1.0, "p_gold": 0.9, "p_max": 0.9, "pred": 0, "gold": 0,
-                  "response": "0"} for i in range(len(values))]
+        rows += [
+            {
+                "task_name": "inferopt_mc",
+                "doc_id": i,
+                "id": f"m{i}",
+                "task": "mc",
+                "lang": "en",
+                "context": "short",
+                "risk": "normal",
+                "metric": "acc",
+                "value": 1.0,
+                "p_gold": 0.9,
+                "p_max": 0.9,
+                "pred": 0,
+                "gold": 0,
+                "response": "0",
+            }
+            for i in range(len(values))
+        ]
     return pd.DataFrame(rows)
 
 
@@ -41,18 +77,30 @@ def test_quality_system_keeps_the_arms_knobs_on_the_quality_model(tmp_path) -> N
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 512}')
     q, notes = quality_system(VLLM, GateSettings(), tmp_path)
     assert q.model.path == "builtin:quality-tiny"
-    assert (q.enable_chunked_prefill, q.max_num_batched_tokens, q.kv_cache_dtype, q.max_num_seqs) == (True, 256, "fp8", 8)
+    assert (q.enable_chunked_prefill, q.max_num_batched_tokens, q.kv_cache_dtype, q.max_num_seqs) == (
+        True,
+        256,
+        "fp8",
+        8,
+    )
     assert q.max_model_len == 512 and not q.tracing and q.max_num_queued_reqs is None
     assert any("2048 -> 512" in n for n in notes)
     own, _ = quality_system(VLLM, GateSettings(quality_model="system"), tmp_path)
     assert own.model.path == "builtin:tiny-llama"
 
 
-@pytest.mark.parametrize(("system", "quality_model", "path"), [
-    (HF, "builtin:quality-tiny", "in-memory proxy"), (HF, "system", "in-memory"),
-    (VLLM, "builtin:quality-tiny", "served"), (VLLM, "system", "served"),
-    (OPENAI, "builtin:quality-tiny", "in-memory proxy"), (OPENAI, "system", "served"),
-    (FakeSystem(), "builtin:quality-tiny", None)])
+@pytest.mark.parametrize(
+    ("system", "quality_model", "path"),
+    [
+        (HF, "builtin:quality-tiny", "in-memory proxy"),
+        (HF, "system", "in-memory"),
+        (VLLM, "builtin:quality-tiny", "served"),
+        (VLLM, "system", "served"),
+        (OPENAI, "builtin:quality-tiny", "in-memory proxy"),
+        (OPENAI, "system", "served"),
+        (FakeSystem(), "builtin:quality-tiny", None),
+    ],
+)
 def test_evaluation_path(system, quality_model: str, path: str | None) -> None:
     assert suite_gate.evaluation_path(system, GateSettings(quality_model=quality_model)) == path
 
@@ -69,7 +117,9 @@ def _stub(monkeypatch: pytest.MonkeyPatch, by_engine: dict[str, SuiteResult]) ->
 
 
 def test_served_arms_are_labelled_and_a_skipped_task_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    served = SuiteResult({}, _samples([1.0] * 30, with_mc=False), skipped={"inferopt_mc": "no prompt log-probabilities"})
+    served = SuiteResult(
+        {}, _samples([1.0] * 30, with_mc=False), skipped={"inferopt_mc": "no prompt log-probabilities"}
+    )
     called = _stub(monkeypatch, {"vllm": served})
     res = suite_gate.sliced_gate(VLLM, VLLM.model_copy(update={"max_num_seqs": 4}), GateSettings(quality_bootstrap=200))
     assert called == ["vllm", "vllm"]
@@ -103,7 +153,9 @@ def test_a_server_that_does_not_start_skips_the_suite_with_the_reason(monkeypatc
     assert res.status == "skipped" and "baseline (served)" in res.reasons[0] and "exited with code 1" in res.reasons[0]
 
 
-@pytest.mark.skipif(shipped_dir("quality-tiny") is None, reason="the trained quality model is not shipped in this checkout")
+@pytest.mark.skipif(
+    shipped_dir("quality-tiny") is None, reason="the trained quality model is not shipped in this checkout"
+)
 def test_the_proxy_context_comes_from_the_shipped_model() -> None:
     q, _ = quality_system(VLLM, GateSettings())
     assert q.max_model_len == 512

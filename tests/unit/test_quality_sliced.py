@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferopt.quality.corpus import TASKS, eval_set, stream
-from inferopt.quality.sliced import (
+from inferopt.gate.sliced import (
     accuracy_by_slice,
     bootstrap_mean_diff,
     calibration,
@@ -15,6 +14,7 @@ from inferopt.quality.sliced import (
     ece,
     overall_status,
 )
+from inferopt.model.quality.corpus import TASKS, eval_set, stream
 
 
 def _samples(values: dict[tuple[str, str, str], np.ndarray]) -> pd.DataFrame:
@@ -22,14 +22,30 @@ def _samples(values: dict[tuple[str, str, str], np.ndarray]) -> pd.DataFrame:
     for (task, lang, context), vals in values.items():
         metric = {"tool": "args_exact", "mc": "acc"}.get(task, "exact")
         for i, v in enumerate(vals):
-            rows.append({"task_name": f"inferopt_{task}", "doc_id": i, "id": f"{task}-{lang}-{context}-{i}",
-                         "task": task, "lang": lang, "context": context,
-                         "risk": "high" if task in ("kv", "tool") else "normal", "metric": metric, "value": float(v)})
+            rows.append(
+                {
+                    "task_name": f"inferopt_{task}",
+                    "doc_id": i,
+                    "id": f"{task}-{lang}-{context}-{i}",
+                    "task": task,
+                    "lang": lang,
+                    "context": context,
+                    "risk": "high" if task in ("kv", "tool") else "normal",
+                    "metric": metric,
+                    "value": float(v),
+                }
+            )
     return pd.DataFrame(rows)
 
 
-CELLS = [("arith", "en", "short"), ("arith", "zh", "short"), ("kv", "en", "short"), ("kv", "en", "long"),
-         ("kv", "zh", "short"), ("kv", "zh", "long")]
+CELLS = [
+    ("arith", "en", "short"),
+    ("arith", "zh", "short"),
+    ("kv", "en", "short"),
+    ("kv", "en", "long"),
+    ("kv", "zh", "short"),
+    ("kv", "zh", "long"),
+]
 
 
 def _base(n: int = 80, seed: int = 0) -> dict:
@@ -89,11 +105,23 @@ def test_calibration_table_flags_a_collapsed_candidate() -> None:
     n = 200
     gold = rng.integers(0, 2, n)
     p_gold_b = np.clip(rng.normal(0.85, 0.05, n), 0.5, 0.99)
+
     def frame(p_gold: np.ndarray) -> pd.DataFrame:
         pred = np.where(p_gold >= 0.5, gold, 1 - gold)
-        return pd.DataFrame({"task_name": "inferopt_mc", "id": [f"mc-{i}" for i in range(n)], "lang": "en",
-                             "metric": "acc", "value": (pred == gold).astype(float), "p_gold": p_gold,
-                             "p_max": np.maximum(p_gold, 1 - p_gold), "pred": pred, "gold": gold})
+        return pd.DataFrame(
+            {
+                "task_name": "inferopt_mc",
+                "id": [f"mc-{i}" for i in range(n)],
+                "lang": "en",
+                "metric": "acc",
+                "value": (pred == gold).astype(float),
+                "p_gold": p_gold,
+                "p_max": np.maximum(p_gold, 1 - p_gold),
+                "pred": pred,
+                "gold": gold,
+            }
+        )
+
     same = calibration(frame(p_gold_b), frame(p_gold_b), samples=200)
     assert set(same["status"]) == {"pass"}
     worse = calibration(frame(p_gold_b), frame(np.full(n, 0.05)), samples=200)  # confidently wrong
@@ -120,6 +148,7 @@ def test_corpus_eval_is_held_out_of_training_and_covers_every_slice() -> None:
 @pytest.mark.parametrize("task", ["arith", "kv", "tool", "mc"])
 def test_every_task_answer_is_what_the_prompt_asks(task: str) -> None:
     import json
+
     for e in [e for e in eval_set(per_slice=5) if e.slice["task"] == task]:
         if task == "arith":
             a, b = e.id.split("-")[2:4]

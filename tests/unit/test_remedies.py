@@ -1,7 +1,7 @@
 import pytest
 
-from inferopt.analysis.bottleneck import CAUSES
-from inferopt.analysis.remedies import CATALOGUE, choose, remedies_for, remedies_for_changes
+from inferopt.choose.remedies import CATALOGUE, choose, remedies_for, remedies_for_changes
+from inferopt.locate.bottleneck import CAUSES
 
 
 def test_canonical_wrong_choice_queueing_with_kernel_swap_warns():
@@ -47,8 +47,14 @@ def test_catalogue_is_consistent():
 
 
 def test_the_hf_quantization_knobs_are_catalogued_and_need_the_gate():
-    found, unmatched = remedies_for_changes({"weight_quantization": "torchao-int8", "kv_cache": "quanto-int4",
-                                             "kv_residual_length": 64, "bnb_double_quant": True})
+    found, unmatched = remedies_for_changes(
+        {
+            "weight_quantization": "torchao-int8",
+            "kv_cache": "quanto-int4",
+            "kv_residual_length": 64,
+            "bnb_double_quant": True,
+        }
+    )
     assert {r.name for r in found} == {"low_precision_weights", "kv_quantization"} and not unmatched
     assert choose("bandwidth", {"weight_quantization": "nf4"}).matches
     assert choose("kv_capacity", {"kv_cache": "quanto-int2"}).matches

@@ -34,23 +34,47 @@ def _png() -> bytes:
 
 def _phases(n: int = 30) -> pd.DataFrame:
     rng = np.random.default_rng(0)
-    return pd.DataFrame({
-        "outcome": ["ok"] * (n - 2) + ["timeout", "rejected"],
-        "ttft_ms": rng.gamma(2.0, 20.0, n), "tpot_ms": rng.gamma(4.0, 1.0, n), "e2e_ms": rng.gamma(3.0, 50.0, n),
-        "input_bucket": rng.choice(["short", "medium", "long"], n), "output_bucket": rng.choice(["short", "long"], n),
-        "concurrency_bucket": rng.choice(["<=1", "(1,2]", "(2,4]"], n), "cache_hit": rng.choice(["miss", "hit"], n),
-    })
+    return pd.DataFrame(
+        {
+            "outcome": ["ok"] * (n - 2) + ["timeout", "rejected"],
+            "ttft_ms": rng.gamma(2.0, 20.0, n),
+            "tpot_ms": rng.gamma(4.0, 1.0, n),
+            "e2e_ms": rng.gamma(3.0, 50.0, n),
+            "input_bucket": rng.choice(["short", "medium", "long"], n),
+            "output_bucket": rng.choice(["short", "long"], n),
+            "concurrency_bucket": rng.choice(["<=1", "(1,2]", "(2,4]"], n),
+            "cache_hit": rng.choice(["miss", "hit"], n),
+        }
+    )
 
 
 def _summary() -> pd.DataFrame:
     rows = []
     for dim, value in (("all", "all"), ("input_bucket", "short"), ("input_bucket", "long")):
-        rows.append({"arm": "baseline", "slice_dim": dim, "slice_value": value, "metric": "requests", "stat": "count",
-                     "value": 10.0, "unit": "req"})
+        rows.append(
+            {
+                "arm": "baseline",
+                "slice_dim": dim,
+                "slice_value": value,
+                "metric": "requests",
+                "stat": "count",
+                "value": 10.0,
+                "unit": "req",
+            }
+        )
         for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
             for i, stat in enumerate(("p50", "p95", "p99")):
-                rows.append({"arm": "baseline", "slice_dim": dim, "slice_value": value, "metric": metric, "stat": stat,
-                             "value": 10.0 * (i + 1), "unit": "ms"})
+                rows.append(
+                    {
+                        "arm": "baseline",
+                        "slice_dim": dim,
+                        "slice_value": value,
+                        "metric": metric,
+                        "stat": stat,
+                        "value": 10.0 * (i + 1),
+                        "unit": "ms",
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -58,17 +82,43 @@ def make_run(root: Path, *, steps: tuple[str, ...] = STEP_DIRS, verdict: bool = 
     """A results/<run_id>/ directory shaped like the flow's, with a few rows per table."""
     run = root / "0123456789abcdef"
     run.mkdir(parents=True)
-    (run / "candidate.resolved.json").write_text(json.dumps(
-        {"name": "synthetic-candidate", "changes": {"batching.max_batch_size": 8}, "target_metrics": ["ttft_ms_p99"]}))
+    (run / "candidate.resolved.json").write_text(
+        json.dumps(
+            {
+                "name": "synthetic-candidate",
+                "changes": {"batching.max_batch_size": 8},
+                "target_metrics": ["ttft_ms_p99"],
+            }
+        )
+    )
     if verdict:
-        (run / "verdict.json").write_text(json.dumps({
-            "decision": "reject", "warnings": ["the change does not serve the located cause <script>alert(1)</script>"],
-            "reasons": ["REJECT because: validate[burst] failed", "locate: dominant cause 'queueing'",
-                        "validate[burst]: fail", "  TTFT p99 912 ms <= 600 ms: FAIL"],
-            "evidence": {"measure": {"headline": {"ttft_ms_p99": 900.0, "tpot_ms_p95": 12.0, "output_tok_per_s": 55.0,
-                                                  "ok_rate": 0.95}},
-                         "locate": {"cause": "queueing", "confidence": 0.9}, "choose": {"matches": True},
-                         "gate": {"quality": "pass", "cost": "pass"}}}))
+        (run / "verdict.json").write_text(
+            json.dumps(
+                {
+                    "decision": "reject",
+                    "warnings": ["the change does not serve the located cause <script>alert(1)</script>"],
+                    "reasons": [
+                        "REJECT because: validate[burst] failed",
+                        "locate: dominant cause 'queueing'",
+                        "validate[burst]: fail",
+                        "  TTFT p99 912 ms <= 600 ms: FAIL",
+                    ],
+                    "evidence": {
+                        "measure": {
+                            "headline": {
+                                "ttft_ms_p99": 900.0,
+                                "tpot_ms_p95": 12.0,
+                                "output_tok_per_s": 55.0,
+                                "ok_rate": 0.95,
+                            }
+                        },
+                        "locate": {"cause": "queueing", "confidence": 0.9},
+                        "choose": {"matches": True},
+                        "gate": {"quality": "pass", "cost": "pass"},
+                    },
+                }
+            )
+        )
         (run / "lint.json").write_text(json.dumps({"status": "clean", "findings": [], "allow": []}))
     png = _png()
     for name in steps:
@@ -80,35 +130,75 @@ def make_run(root: Path, *, steps: tuple[str, ...] = STEP_DIRS, verdict: bool = 
         (run / "1-measure" / "measure.json").write_text(json.dumps({"decomposition": {"adds_up": True}}))
         pd.DataFrame({"request_id": ["a", "b"]}).to_parquet(run / "1-measure" / "requests.parquet")
     if "2-locate" in steps:
-        (run / "2-locate" / "bottleneck.json").write_text(json.dumps(
-            {"cause": "queueing", "confidence": 0.9, "rule": "queue wait is 90% of TTFT",
-             "evidence": [{"check": "queue.share", "value": 0.9, "threshold": 0.5, "fired": True}]}))
+        (run / "2-locate" / "bottleneck.json").write_text(
+            json.dumps(
+                {
+                    "cause": "queueing",
+                    "confidence": 0.9,
+                    "rule": "queue wait is 90% of TTFT",
+                    "evidence": [{"check": "queue.share", "value": 0.9, "threshold": 0.5, "fired": True}],
+                }
+            )
+        )
         (run / "2-locate" / "roofline.png").write_bytes(png)
         pd.DataFrame({"phase": ["prefill", "decode"], "ai_flop_per_byte": [50.0, 1.0]}).to_parquet(
-            run / "2-locate" / "roofline.parquet")
+            run / "2-locate" / "roofline.parquet"
+        )
     if "3-choose" in steps:
-        (run / "3-choose" / "choice.json").write_text(json.dumps({"cause": "queueing", "matches": True, "warning": None}))
+        (run / "3-choose" / "choice.json").write_text(
+            json.dumps({"cause": "queueing", "matches": True, "warning": None})
+        )
     if "4-ablate" in steps:
-        pd.DataFrame({"arm": ["aa", "candidate"], "metric": ["ttft_ms_p99"] * 2, "ratio": [1.01, 0.5],
-                      "ratio_lo": [0.9, 0.4], "ratio_hi": [1.1, 0.6], "significant": [False, True],
-                      "direction": ["none", "better"]}).to_parquet(run / "4-ablate" / "effects.parquet")
+        pd.DataFrame(
+            {
+                "arm": ["aa", "candidate"],
+                "metric": ["ttft_ms_p99"] * 2,
+                "ratio": [1.01, 0.5],
+                "ratio_lo": [0.9, 0.4],
+                "ratio_hi": [1.1, 0.6],
+                "significant": [False, True],
+                "direction": ["none", "better"],
+            }
+        ).to_parquet(run / "4-ablate" / "effects.parquet")
         (run / "4-ablate" / "effects_forest.png").write_bytes(png)
-        (run / "4-ablate" / "arm_verdicts.json").write_text(json.dumps(
-            {"candidate": {"role": "candidate", "verdict": "improves", "reasons": ["ttft_ms_p99 x0.5"]}}))
+        (run / "4-ablate" / "arm_verdicts.json").write_text(
+            json.dumps({"candidate": {"role": "candidate", "verdict": "improves", "reasons": ["ttft_ms_p99 x0.5"]}})
+        )
     if "5-validate" in steps:
-        pd.DataFrame({"scenario": ["steady", "burst"], "kind": ["steady", "burst"], "passed": [True, False],
-                      "ttft_ms_p99": [300.0, 912.0], "reasons": ["ok", "TTFT p99 912 ms <= 600 ms: FAIL"]}).to_parquet(
-            run / "5-validate" / "scenarios.parquet")
+        pd.DataFrame(
+            {
+                "scenario": ["steady", "burst"],
+                "kind": ["steady", "burst"],
+                "passed": [True, False],
+                "ttft_ms_p99": [300.0, 912.0],
+                "reasons": ["ok", "TTFT p99 912 ms <= 600 ms: FAIL"],
+            }
+        ).to_parquet(run / "5-validate" / "scenarios.parquet")
         # a table another step adds later, with a column the report has never heard of
         pd.DataFrame({"tenant": ["a", "b"], "jain_index_brand_new": [0.97, 0.97], "starved": [False, True]}).to_csv(
-            run / "5-validate" / "fairness.csv", index=False)
+            run / "5-validate" / "fairness.csv", index=False
+        )
     if "6-gate" in steps:
-        (run / "6-gate" / "gate.json").write_text(json.dumps(
-            {"quality": {"status": "pass", "reasons": ["all slices non-inferior"]},
-             "cost": {"status": "pass", "reasons": ["cheaper"]}}))
-        pd.DataFrame({"slice": ["task=kv", "task=arith"], "metric": ["exact", "exact"], "n": [20, 20],
-                      "diff": [-0.01, 0.0], "ci_lo": [-0.04, -0.02], "ci_hi": [0.02, 0.02], "margin": [0.05, 0.05],
-                      "status": ["non-inferior", "non-inferior"]}).to_parquet(run / "6-gate" / "quality_slices.parquet")
+        (run / "6-gate" / "gate.json").write_text(
+            json.dumps(
+                {
+                    "quality": {"status": "pass", "reasons": ["all slices non-inferior"]},
+                    "cost": {"status": "pass", "reasons": ["cheaper"]},
+                }
+            )
+        )
+        pd.DataFrame(
+            {
+                "slice": ["task=kv", "task=arith"],
+                "metric": ["exact", "exact"],
+                "n": [20, 20],
+                "diff": [-0.01, 0.0],
+                "ci_lo": [-0.04, -0.02],
+                "ci_hi": [0.02, 0.02],
+                "margin": [0.05, 0.05],
+                "status": ["non-inferior", "non-inferior"],
+            }
+        ).to_parquet(run / "6-gate" / "quality_slices.parquet")
     return run
 
 
@@ -118,10 +208,17 @@ def _external_refs(html: str) -> list[str]:
 
 def test_report_has_verdict_first_then_six_steps_and_is_self_contained(tmp_path: Path) -> None:
     html = build_report(load_run_dir(make_run(tmp_path)))
-    anchors = ["id=\"verdict\"", "id=\"measure\"", "id=\"locate\"", "id=\"choose\"", "id=\"ablate\"",
-               "id=\"validate\"", "id=\"gate\""]
+    anchors = [
+        'id="verdict"',
+        'id="measure"',
+        'id="locate"',
+        'id="choose"',
+        'id="ablate"',
+        'id="validate"',
+        'id="gate"',
+    ]
     positions = [html.find(a) for a in anchors]
-    assert all(p > 0 for p in positions), dict(zip(anchors, positions))
+    assert all(p > 0 for p in positions), dict(zip(anchors, positions, strict=False))
     assert positions == sorted(positions), "sections out of order"
     assert "VERDICT: REJECT" in html and "TTFT p99 912 ms &lt;= 600 ms: FAIL" in html
     # self-contained: no external URL, no script, no stylesheet link; every image inline
@@ -132,7 +229,7 @@ def test_report_has_verdict_first_then_six_steps_and_is_self_contained(tmp_path:
     # the CDFs per slice and the quality forest are made from the tables
     assert "latency CDFs per slice" in html and "quality per slice" in html
     # a table the report has never seen, with its new column, shows up in its step
-    assert "jain_index_brand_new" in html and html.find("jain_index_brand_new") > html.find("id=\"validate\"")
+    assert "jain_index_brand_new" in html and html.find("jain_index_brand_new") > html.find('id="validate"')
     # text from the run is escaped, never markup
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     # bulk per-request tables are counted, not dumped
@@ -144,9 +241,11 @@ def test_missing_steps_and_verdict_are_said(tmp_path: Path) -> None:
     html = build_report(load_run_dir(run))
     assert "NO VERDICT" in html
     for key in ("choose", "ablate", "validate", "gate"):
-        section = html[html.find(f"id=\"{key}\""):]
+        section = html[html.find(f'id="{key}"') :]
         assert "Not in this run" in section[:600], key
-    assert "id=\"measure\"" in html and "Not in this run" not in html[html.find("id=\"measure\""):html.find("id=\"locate\"")]
+    assert (
+        'id="measure"' in html and "Not in this run" not in html[html.find('id="measure"') : html.find('id="locate"')]
+    )
 
 
 def test_validate_without_scenarios_says_so(tmp_path: Path) -> None:
@@ -156,8 +255,13 @@ def test_validate_without_scenarios_says_so(tmp_path: Path) -> None:
     assert "No scenarios table" in html
 
 
-@pytest.mark.parametrize("values, expected", [(["(2,4]", "<=1", "(16,32]", "(1,2]"], ["<=1", "(1,2]", "(2,4]", "(16,32]"]),
-                                              (["long", "short", "medium"], ["short", "medium", "long"])])
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (["(2,4]", "<=1", "(16,32]", "(1,2]"], ["<=1", "(1,2]", "(2,4]", "(16,32]"]),
+        (["long", "short", "medium"], ["short", "medium", "long"]),
+    ],
+)
 def test_slices_in_reading_order(values: list[str], expected: list[str]) -> None:
     from inferopt.report.figures import slice_sort_key
 

@@ -1,4 +1,4 @@
-"""The opt-in client retry policy (`inferopt.client.retry`): Retry-After honoured against a scripted server,
+"""The opt-in client retry policy (`inferopt.transport.retry`): Retry-After honoured against a scripted server,
 bounded attempts, backoff with jitter, and every attempt kept as a sub-record while the request keeps one
 record with its final outcome."""
 
@@ -12,16 +12,16 @@ import time
 import pandas as pd
 from fake_openai_server import FakeOpenAIServer
 
-from inferopt.client.retry import (
+from inferopt.config import ConstantArrivals, LengthConfig, OpenAISystem, WorkloadConfig
+from inferopt.engines.openai import OpenAIEngine
+from inferopt.measure.runner import RunTags, run_open_loop
+from inferopt.transport.retry import (
     RetryingEngine,
     RetryPolicy,
     attempts_frame,
     parse_retry_after_s,
     retry_wait_s,
 )
-from inferopt.config import ConstantArrivals, LengthConfig, OpenAISystem, WorkloadConfig
-from inferopt.engines.openai import OpenAIEngine
-from inferopt.measure.runner import RunTags, run_open_loop
 from inferopt.workload import build_workload
 
 
@@ -39,20 +39,29 @@ def test_waits_follow_retry_after_else_capped_jittered_backoff() -> None:
     p = RetryPolicy(max_attempts=5, base_backoff_s=0.5, max_backoff_s=2.0)
     assert retry_wait_s(p, 1, 3.0, rng) == (3.0, None)
     waits = [[retry_wait_s(p, k, None, rng)[0] for _ in range(200)] for k in (1, 2, 3, 4)]
-    for k, ws in zip((1, 2, 3, 4), waits):
+    for k, ws in zip((1, 2, 3, 4), waits, strict=False):
         cap = min(2.0, 0.5 * 2 ** (k - 1))
-        assert all(0.0 <= w <= cap for w in ws) and max(ws) > 0.8 * cap   # full jitter spans [0, cap]
+        assert all(0.0 <= w <= cap for w in ws) and max(ws) > 0.8 * cap  # full jitter spans [0, cap]
     assert retry_wait_s(RetryPolicy(jitter="none", base_backoff_s=0.5), 2, None, rng) == (1.0, None)
-    assert retry_wait_s(p, 5, 1.0, rng)[0] is None                          # attempts exhausted
+    assert retry_wait_s(p, 5, 1.0, rng)[0] is None  # attempts exhausted
     wait, why = retry_wait_s(RetryPolicy(max_retry_after_s=5.0), 1, 60.0, rng)
-    assert wait is None and "exceeds" in why                                # a caller that will not wait that long
-    assert retry_wait_s(RetryPolicy(honour_retry_after=False, jitter="none", base_backoff_s=0.1), 1, 60.0, rng) == (0.1, None)
+    assert wait is None and "exceeds" in why  # a caller that will not wait that long
+    assert retry_wait_s(RetryPolicy(honour_retry_after=False, jitter="none", base_backoff_s=0.1), 1, 60.0, rng) == (
+        0.1,
+        None,
+    )
 
 
 def _table(n: int) -> pd.DataFrame:
-    cfg = WorkloadConfig(name="rt", seed=3, num_requests=n, arrival=ConstantArrivals(rate_per_s=50.0),
-                         lengths=LengthConfig(input_median=12, output_median=4, output_sigma=0.0, output_min=4,
-                                              output_max=4, input_min=4, input_max=40))
+    cfg = WorkloadConfig(
+        name="rt",
+        seed=3,
+        num_requests=n,
+        arrival=ConstantArrivals(rate_per_s=50.0),
+        lengths=LengthConfig(
+            input_median=12, output_median=4, output_sigma=0.0, output_min=4, output_max=4, input_min=4, input_max=40
+        ),
+    )
     return build_workload(cfg)
 
 
@@ -60,7 +69,9 @@ async def _replay(policy: RetryPolicy, n: int = 3, busy: tuple[int, ...] = (0,),
     table = _table(n)
     ids = list(table["request_id"])
     async with FakeOpenAIServer(modes={ids[i]: "busy" for i in busy}, **server_kw) as srv:
-        engine = RetryingEngine(OpenAIEngine(OpenAISystem(base_url=srv.base_url, served_model="m", vocab_size=500)), policy)
+        engine = RetryingEngine(
+            OpenAIEngine(OpenAISystem(base_url=srv.base_url, served_model="m", vocab_size=500)), policy
+        )
         await engine.start()
         try:
             res = await run_open_loop(engine, table, vocab_size=500, timeout_s=10.0, tags=RunTags(arm="a"))
@@ -72,11 +83,11 @@ async def _replay(policy: RetryPolicy, n: int = 3, busy: tuple[int, ...] = (0,),
 def test_client_honours_retry_after_and_keeps_every_attempt() -> None:
     ids, res, srv, engine = asyncio.run(_replay(RetryPolicy(max_attempts=3), retry_after="0.3", busy_first=2))
     rec = {r.request_id: r for r in res.records}
-    assert len(res.records) == 3 and all(r.outcome == "ok" for r in res.records)   # one record per request
+    assert len(res.records) == 3 and all(r.outcome == "ok" for r in res.records)  # one record per request
     busy = ids[0]
-    assert srv.calls[busy] == 3                                                    # two 429s, then served
-    gaps = [b - a for a, b in zip(srv.call_s[busy], srv.call_s[busy][1:])]
-    assert all(g >= 0.29 for g in gaps), gaps                                      # waited as the server asked
+    assert srv.calls[busy] == 3  # two 429s, then served
+    gaps = [b - a for a, b in zip(srv.call_s[busy], srv.call_s[busy][1:], strict=False)]
+    assert all(g >= 0.29 for g in gaps), gaps  # waited as the server asked
     att = attempts_frame(engine.attempts)
     mine = att[att["request_id"] == busy].sort_values("attempt")
     assert list(mine["outcome"]) == ["rejected", "rejected", "ok"]

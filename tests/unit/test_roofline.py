@@ -2,9 +2,20 @@ import math
 
 import pytest
 
-from inferopt.analysis.roofline import (
-    ModelDims, PhasePoint, achieved, arithmetic_intensity, bound, decode_bytes, decode_flops,
-    perf_max_flops_per_s, prefill_bytes, prefill_flops, ridge_point, roofline_table, weight_bytes,
+from inferopt.locate.roofline import (
+    ModelDims,
+    PhasePoint,
+    achieved,
+    arithmetic_intensity,
+    bound,
+    decode_bytes,
+    decode_flops,
+    perf_max_flops_per_s,
+    prefill_bytes,
+    prefill_flops,
+    ridge_point,
+    roofline_table,
+    weight_bytes,
 )
 
 torch = pytest.importorskip("torch")
@@ -13,8 +24,15 @@ transformers = pytest.importorskip("transformers")
 
 def _tiny_llama():
     cfg = transformers.LlamaConfig(
-        vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, tie_word_embeddings=False, attn_implementation="eager",
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
     )
     torch.manual_seed(0)
     return cfg, transformers.LlamaForCausalLM(cfg).eval()
@@ -46,8 +64,18 @@ def test_dims_from_config_object_and_dict_and_param_count():
     assert dims == ModelDims.from_hf_config(cfg.to_dict())
     assert (dims.n_heads, dims.n_kv_heads, dims.head_dim) == (4, 2, 16)
     assert dims.n_params == sum(p.numel() for p in model.parameters())
-    assert ModelDims.from_hf_config({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-                                     "num_attention_heads": 4, "vocab_size": 10}).n_kv_heads == 4
+    assert (
+        ModelDims.from_hf_config(
+            {
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_attention_heads": 4,
+                "vocab_size": 10,
+            }
+        ).n_kv_heads
+        == 4
+    )
 
 
 def test_logits_and_causal_options():
@@ -66,11 +94,16 @@ PEAK, BW = 989e12, 3.35e12
 
 
 def test_prefill_compute_bound_decode_bandwidth_bound():
-    table = roofline_table(BIG, PEAK, BW, [
-        PhasePoint("prefill", batch=1, n_tokens=2048),
-        {"phase": "decode", "context_len": 2048, "batch": 1},
-        {"phase": "decode", "context_len": 2048, "batch": 64},
-    ])
+    table = roofline_table(
+        BIG,
+        PEAK,
+        BW,
+        [
+            PhasePoint("prefill", batch=1, n_tokens=2048),
+            {"phase": "decode", "context_len": 2048, "batch": 1},
+            {"phase": "decode", "context_len": 2048, "batch": 64},
+        ],
+    )
     assert list(table.phase) == ["prefill", "decode", "decode"]
     assert list(table.bound) == ["compute", "bandwidth", "bandwidth"]
     pre, dec1, dec64 = table.itertuples()
@@ -97,5 +130,10 @@ def test_roofline_primitives():
     assert bound(5.0, 100.0, 10.0) == "bandwidth" and bound(10.0, 100.0, 10.0) == "compute"
     assert arithmetic_intensity(1.0, 0.0) == math.inf
     got = achieved(flops=50.0, bytes_=20.0, measured_s=1.0, peak=100.0, bw=10.0)
-    assert got == {"achieved_flop_per_s": 50.0, "achieved_bytes_per_s": 20.0, "mfu": 0.5, "mbu": 2.0,
-                   "roofline_efficiency": 2.0}
+    assert got == {
+        "achieved_flop_per_s": 50.0,
+        "achieved_bytes_per_s": 20.0,
+        "mfu": 0.5,
+        "mbu": 2.0,
+        "roofline_efficiency": 2.0,
+    }

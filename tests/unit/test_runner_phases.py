@@ -20,8 +20,16 @@ from inferopt.workload import build_workload
 
 
 def _workload(n=30, rate=300.0, **kw) -> pd.DataFrame:
-    return build_workload(WorkloadConfig(name="t", seed=1, num_requests=n, arrival=ConstantArrivals(rate_per_s=rate),
-                                         lengths=LengthConfig(input_median=16, output_median=6, output_max=12), **kw))
+    return build_workload(
+        WorkloadConfig(
+            name="t",
+            seed=1,
+            num_requests=n,
+            arrival=ConstantArrivals(rate_per_s=rate),
+            lengths=LengthConfig(input_median=16, output_median=6, output_max=12),
+            **kw,
+        )
+    )
 
 
 def test_every_request_is_a_record_and_decomposition_adds_up(tmp_path) -> None:
@@ -61,8 +69,11 @@ class _BrokenEngine:
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-    def info(self) -> dict: return {"engine": "broken"}
-    async def server_metrics(self) -> dict: return {}
+    def info(self) -> dict:
+        return {"engine": "broken"}
+
+    async def server_metrics(self) -> dict:
+        return {}
 
     async def stream(self, req: GenRequest):
         from inferopt.engines.base import RequestRejected
@@ -77,8 +88,17 @@ class _BrokenEngine:
             raise ConnectionError("engine died")
         t = now_s()
         yield TokenEvent((5, 6), t)
-        yield FinishEvent(ServerTimings(arrival_s=t, admitted_s=t, context_ready_s=t, prefill_start_s=t,
-                                        prefill_end_s=t, token_s=[t, t], done_s=t))
+        yield FinishEvent(
+            ServerTimings(
+                arrival_s=t,
+                admitted_s=t,
+                context_ready_s=t,
+                prefill_start_s=t,
+                prefill_end_s=t,
+                token_s=[t, t],
+                done_s=t,
+            )
+        )
 
 
 def test_failures_are_records_never_exceptions(tmp_path) -> None:

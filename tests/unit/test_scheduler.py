@@ -44,7 +44,9 @@ def test_priority_breaks_ties_only() -> None:
     knobs = BatchingKnobs(max_batch_size=1, batch_wait_ms=0)
     assert static_batch(knobs, [_w("low", 1.0, priority=5), _w("high", 1.0, priority=0)], now_s=2.0).batch == ("high",)
     # an earlier arrival beats a better priority
-    assert static_batch(knobs, [_w("late", 1.5, priority=0), _w("early", 1.0, priority=9)], now_s=2.0).batch == ("early",)
+    assert static_batch(knobs, [_w("late", 1.5, priority=0), _w("early", 1.0, priority=9)], now_s=2.0).batch == (
+        "early",
+    )
 
 
 def test_admission_bound() -> None:

@@ -8,10 +8,10 @@ import asyncio
 import pandas as pd
 import pytest
 
-from inferopt.client.timer import LoopTimer, PreciseTimer, make_timer
 from inferopt.engines.base import FinishEvent, GenRequest, SentEvent, TokenEvent
 from inferopt.measure.runner import run_open_loop
 from inferopt.records import ServerTimings, now_s
+from inferopt.transport.timer import LoopTimer, PreciseTimer, make_timer
 
 
 class _ChunkyEngine:
@@ -22,8 +22,11 @@ class _ChunkyEngine:
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-    def info(self) -> dict: return {"engine": "chunky"}
-    async def server_metrics(self) -> dict: return {}
+    def info(self) -> dict:
+        return {"engine": "chunky"}
+
+    async def server_metrics(self) -> dict:
+        return {}
 
     async def stream(self, req: GenRequest):
         self.called_s[req.request_id] = t = now_s()
@@ -36,10 +39,18 @@ class _ChunkyEngine:
 
 
 def _table(n: int) -> pd.DataFrame:
-    return pd.DataFrame({
-        "request_id": [f"r-{i}" for i in range(n)], "arrival_offset_s": [0.004 * i for i in range(n)],
-        "input_len": 4, "output_len": 5, "prefix_group": -1, "prefix_len": 0, "tenant": "default", "priority": 0,
-    })
+    return pd.DataFrame(
+        {
+            "request_id": [f"r-{i}" for i in range(n)],
+            "arrival_offset_s": [0.004 * i for i in range(n)],
+            "input_len": 4,
+            "output_len": 5,
+            "prefix_group": -1,
+            "prefix_len": 0,
+            "tenant": "default",
+            "priority": 0,
+        }
+    )
 
 
 def test_sent_event_and_chunk_records() -> None:
@@ -73,6 +84,7 @@ class _FiringEngine(_ChunkyEngine):
             yield TokenEvent((7,), received_s=t + 0.0005)
             await asyncio.sleep(0.003)
             yield FinishEvent(ServerTimings(finish_reason="stop"))
+
         return events()
 
     async def stream(self, req: GenRequest):
@@ -91,7 +103,7 @@ def test_fire_is_called_in_the_timer_callback_and_its_stamps_are_kept() -> None:
         assert r.intended_s <= engine.fired_s[rid]
         if rid != "r-2":
             assert r.outcome == "ok" and r.sent_s == engine.fired_s[rid]
-            assert r.client_chunk_s == [r.sent_s + 0.0005]   # the engine's receive stamp, not the consume time
+            assert r.client_chunk_s == [r.sent_s + 0.0005]  # the engine's receive stamp, not the consume time
 
 
 @pytest.mark.parametrize("kind", ["loop", "precise"])

@@ -1,9 +1,9 @@
-"""The /metrics gauge poller (inferopt.measure.server_gauges): peaks of KV usage and running sequences during a
+"""The /metrics gauge poller (inferopt.transport.gauges): peaks of KV usage and running sequences during a
 run, per scrape window — against a local aiohttp server whose gauges change while it is polled."""
 
 import asyncio
 
-from inferopt.measure.server_gauges import GaugePoller, fold_peaks, gauge_values
+from inferopt.transport.gauges import GaugePoller, fold_peaks, gauge_values
 
 TEXT = """# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
 # TYPE vllm:kv_cache_usage_perc gauge
@@ -16,7 +16,7 @@ vllm:num_preemptions_total{{engine="0",model_name="m"}} 3.0
 
 def test_gauge_values_and_fold():
     vals = gauge_values(TEXT.format(usage=0.5, running=3))
-    assert vals == {"kv_cache_usage_perc": 0.5, "num_requests_running": 3.0}   # no waiting gauge: left out
+    assert vals == {"kv_cache_usage_perc": 0.5, "num_requests_running": 3.0}  # no waiting gauge: left out
     peaks = fold_peaks({}, vals)
     peaks = fold_peaks(peaks, {"kv_cache_usage_perc": 0.25, "num_requests_running": 7.0})
     assert peaks == {"kv_cache_usage_perc_max": 0.5, "num_requests_running_max": 7.0}
@@ -41,10 +41,10 @@ def test_poller_keeps_each_windows_peak():
         poller = GaugePoller(f"http://127.0.0.1:{port}/metrics", interval_s=0.02).start()
         try:
             await asyncio.sleep(0.15)
-            first = poller.take()                    # the warm-up window
-            state.update(usage=0.98, running=6)      # the load: full cache, 6 running
+            first = poller.take()  # the warm-up window
+            state.update(usage=0.98, running=6)  # the load: full cache, 6 running
             await asyncio.sleep(0.15)
-            state.update(usage=0.0, running=0)       # idle again before the after-scrape
+            state.update(usage=0.0, running=0)  # idle again before the after-scrape
             await asyncio.sleep(0.15)
             second = poller.take()
         finally:

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from inferopt.analysis.stats import bootstrap_ci, holm, paired_bootstrap_diff, percentile, percentile_fn
+from inferopt.stats.inference import bootstrap_ci, holm, paired_bootstrap_diff, percentile, percentile_fn
 
 
 def test_percentile_is_nan_safe():
@@ -73,7 +73,7 @@ def test_holm_step_down():
 
 
 def test_quantile_rows_matches_numpy_on_ragged_rows():
-    from inferopt.analysis.stats import quantile_rows, sum_rows
+    from inferopt.stats.inference import quantile_rows, sum_rows
 
     rng = np.random.default_rng(5)
     m = rng.normal(size=(40, 25))
@@ -85,7 +85,7 @@ def test_quantile_rows_matches_numpy_on_ragged_rows():
 
 
 def test_vectorised_bootstrap_agrees_with_the_loop():
-    from inferopt.analysis.stats import quantile_rows
+    from inferopt.stats.inference import quantile_rows
 
     rng = np.random.default_rng(6)
     a = [rng.lognormal(1, 0.3, rng.integers(30, 41)) for _ in range(5)]
@@ -93,13 +93,15 @@ def test_vectorised_bootstrap_agrees_with_the_loop():
     loop = paired_bootstrap_diff(a, b, percentile_fn(50), n_boot=3000, seed=1)
     fast = paired_bootstrap_diff(a, b, percentile_fn(50), n_boot=3000, seed=1, row_stat=quantile_rows(0.5))
     assert fast.diff == loop.diff and fast.ratio == loop.ratio
-    assert fast.ratio_lo == pytest.approx(loop.ratio_lo, abs=0.02) and fast.ratio_hi == pytest.approx(loop.ratio_hi, abs=0.02)
+    assert fast.ratio_lo == pytest.approx(loop.ratio_lo, abs=0.02) and fast.ratio_hi == pytest.approx(
+        loop.ratio_hi, abs=0.02
+    )
 
 
 def test_repeat_test_is_calibrated_when_trials_carry_their_own_offset():
     """Each trial shifted by its own random factor (a noisy neighbour for the whole trial): the repeat-level
     t-test keeps its false-alarm rate near nominal where a request-level bootstrap would not."""
-    from inferopt.analysis.stats import paired_repeat_test
+    from inferopt.stats.inference import paired_repeat_test
 
     rng = np.random.default_rng(7)
     sims, alarms = 300, 0
@@ -111,7 +113,7 @@ def test_repeat_test_is_calibrated_when_trials_carry_their_own_offset():
 
 
 def test_repeat_test_detects_and_its_intervals_agree():
-    from inferopt.analysis.stats import paired_repeat_test
+    from inferopt.stats.inference import paired_repeat_test
 
     rng = np.random.default_rng(8)
     a = [rng.lognormal(1, 0.3, 60) for _ in range(5)]
@@ -125,7 +127,7 @@ def test_repeat_test_detects_and_its_intervals_agree():
 
 
 def test_interaction_repeat_test_separates_additive_from_multiplicative():
-    from inferopt.analysis.interaction import interaction_repeat_test
+    from inferopt.ablate.interaction import interaction_repeat_test
 
     rng = np.random.default_rng(9)
 

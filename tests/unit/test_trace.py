@@ -12,7 +12,7 @@ import pytest
 
 from inferopt.config import ScenarioConfig, TraceConfig, WorkloadConfig
 from inferopt.config.loader import load_config
-from inferopt.validation.scenarios import scenario_requests, scenario_workload
+from inferopt.validate.scenarios import scenario_requests, scenario_workload
 from inferopt.workload import WORKLOAD_COLUMNS, build_workload, workload_hash
 from inferopt.workload.trace import TraceError
 
@@ -30,11 +30,21 @@ def _jsonl(tmp_path: Path, rows: list[dict], name: str = "t.jsonl") -> Path:
 
 
 def test_jsonl_trace_table_shape_order_and_shift(tmp_path) -> None:
-    p = _jsonl(tmp_path, [
-        {"timestamp": 1700000010.5, "input_len": 20, "output_len": 4, "tenant": "b", "priority": 1},
-        {"timestamp": 1700000010.0, "prompt": "héllo world, twelve bytes+", "output_len": 3, "prefix_group": 1},
-        {"timestamp": 1700000012.0, "input_len": 5, "output_len": 2, "prefix_group": 0, "prefix_len": 30, "extra": "x"},
-    ])
+    p = _jsonl(
+        tmp_path,
+        [
+            {"timestamp": 1700000010.5, "input_len": 20, "output_len": 4, "tenant": "b", "priority": 1},
+            {"timestamp": 1700000010.0, "prompt": "héllo world, twelve bytes+", "output_len": 3, "prefix_group": 1},
+            {
+                "timestamp": 1700000012.0,
+                "input_len": 5,
+                "output_len": 2,
+                "prefix_group": 0,
+                "prefix_len": 30,
+                "extra": "x",
+            },
+        ],
+    )
     table = build_workload(_wl(p, time_scale=2.0))
     assert list(table.columns) == list(WORKLOAD_COLUMNS)
     assert table["arrival_offset_s"].tolist() == pytest.approx([0.0, 1.0, 4.0])  # sorted, shifted, gaps x2
@@ -56,14 +66,17 @@ def test_csv_trace_and_tokenizer_and_limits(tmp_path) -> None:
     assert len(build_workload(_wl(p), num_requests=1)) == 1
 
 
-@pytest.mark.parametrize("rows,field", [
-    ([{"timestamp": 0, "input_len": 3, "output_len": 2}, {"input_len": 3, "output_len": 2}], "timestamp"),
-    ([{"timestamp": 0, "input_len": 3, "output_len": 2}, {"timestamp": 1, "output_len": 2}], "input_len"),
-    ([{"timestamp": 0, "input_len": 3.5, "output_len": 2}], "input_len"),
-    ([{"timestamp": 0, "input_len": 3, "output_len": 0}], "output_len"),
-    ([{"timestamp": "soon", "input_len": 3, "output_len": 2}], "timestamp"),
-    ([{"timestamp": 0, "input_len": 3, "output_len": 2, "prefix_group": -3}], "prefix_group"),
-])
+@pytest.mark.parametrize(
+    "rows,field",
+    [
+        ([{"timestamp": 0, "input_len": 3, "output_len": 2}, {"input_len": 3, "output_len": 2}], "timestamp"),
+        ([{"timestamp": 0, "input_len": 3, "output_len": 2}, {"timestamp": 1, "output_len": 2}], "input_len"),
+        ([{"timestamp": 0, "input_len": 3.5, "output_len": 2}], "input_len"),
+        ([{"timestamp": 0, "input_len": 3, "output_len": 0}], "output_len"),
+        ([{"timestamp": "soon", "input_len": 3, "output_len": 2}], "timestamp"),
+        ([{"timestamp": 0, "input_len": 3, "output_len": 2, "prefix_group": -3}], "prefix_group"),
+    ],
+)
 def test_bad_jsonl_row_names_file_row_and_field(tmp_path, rows, field) -> None:
     p = _jsonl(tmp_path, rows)
     with pytest.raises(TraceError) as err:

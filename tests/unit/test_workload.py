@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferopt.config import ConstantArrivals, GammaArrivals, LengthConfig, PoissonArrivals, PrefixConfig, TenantConfig, WorkloadConfig
+from inferopt.config import (
+    ConstantArrivals,
+    GammaArrivals,
+    LengthConfig,
+    PoissonArrivals,
+    PrefixConfig,
+    TenantConfig,
+    WorkloadConfig,
+)
 from inferopt.workload import build_workload, prompt_token_ids, workload_hash
 from inferopt.workload.arrivals import arrival_offsets_s
 
@@ -26,10 +34,14 @@ def test_different_seed_different_hash() -> None:
     assert build_workload(_cfg()).attrs["content_hash"] != build_workload(_cfg(seed=6)).attrs["content_hash"]
 
 
-@pytest.mark.parametrize("arrival,cv2", [
-    (PoissonArrivals(rate_per_s=20.0), 1.0), (GammaArrivals(rate_per_s=20.0, burstiness=6.0), 6.0),
-    (ConstantArrivals(rate_per_s=20.0), 0.0),
-])
+@pytest.mark.parametrize(
+    "arrival,cv2",
+    [
+        (PoissonArrivals(rate_per_s=20.0), 1.0),
+        (GammaArrivals(rate_per_s=20.0, burstiness=6.0), 6.0),
+        (ConstantArrivals(rate_per_s=20.0), 0.0),
+    ],
+)
 def test_arrival_rate_and_burstiness(arrival, cv2) -> None:
     offs = arrival_offsets_s(arrival, 20000, np.random.default_rng(0))
     gaps = np.diff(offs)
@@ -59,8 +71,12 @@ def test_prefix_groups_share_prompt_prefixes() -> None:
 
 
 def test_tenants_follow_weights() -> None:
-    t = build_workload(_cfg(num_requests=4000, tenants=(TenantConfig(name="a", weight=3, priority=0),
-                                                         TenantConfig(name="b", weight=1, priority=2))))
+    t = build_workload(
+        _cfg(
+            num_requests=4000,
+            tenants=(TenantConfig(name="a", weight=3, priority=0), TenantConfig(name="b", weight=1, priority=2)),
+        )
+    )
     share = (t["tenant"] == "a").mean()
     assert share == pytest.approx(0.75, abs=0.03)
     assert set(t.loc[t["tenant"] == "b", "priority"]) == {2}

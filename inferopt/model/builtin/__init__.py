@@ -1,6 +1,6 @@
 """Registry of the models the project makes itself: one YAML spec per model built at set-up (random
 weights, for performance work), or one shipped directory per trained model (`quality-tiny/`: weights
-trained by `inferopt.quality.train`, small enough to ship, so a fresh machine needs no hub)."""
+trained by `inferopt.model.quality.train`, small enough to ship, so a fresh machine needs no hub)."""
 
 from __future__ import annotations
 

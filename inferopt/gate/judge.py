@@ -1,0 +1,178 @@
+"""Step 6, the quality-and-cost gate (G1, G3, G4) as the spine implements it.
+
+Quality: output drift against the baseline (`drift.py`) must stay within the candidate's thresholds.
+Whether a quality failure blocks depends on the remedy: a change that can alter outputs (low precision,
+KV compression, approximate decoding) must pass; for the others a drift is still reported as a failure,
+because it means the change was not the pure systems change it claimed to be.
+
+Cost: cost per *successful* request = (device-hours × price + energy × electricity price) / requests that
+finished ok within the SLO bounds. On CPU the energy is TDP × an utilisation estimate, and says so.
+
+Quality has two sources: the sliced suite (`suite_gate.py`: lm-eval on a model that solves the tasks,
+paired per-slice intervals) and output drift (`drift.py`). `combine_quality` decides: for a change that can
+alter outputs the suite decides (drift is expected and reported); for a pure systems change the suite must
+not fail *and* outputs must not drift. Cost per successful *task* multiplies the requests served within SLO by
+the arm's task success rate on the suite (an estimate of "answered correctly", labelled as such).
+
+Deliberately not here: running the suite (suite_gate.py) or the statistics (sliced.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from inferopt.config import GateSettings, SLOConfig
+from inferopt.gate.cost import cost_per_successful_task, energy_estimate_j
+from inferopt.locate.hardware import HardwareProfile
+
+USD_PER_KWH = 0.15  # a rough industrial electricity price; reported beside every cost figure
+
+
+@dataclass
+class GateResult:
+    quality_status: str  # pass / fail / skipped
+    quality_required: bool
+    quality_reasons: list[str]
+    drift: dict[str, Any]
+    cost: pd.DataFrame  # one row per arm
+    cost_status: str  # pass / fail / skipped
+    cost_reasons: list[str]
+    passed: bool | None = None  # None = inconclusive
+    reasons: list[str] = field(default_factory=list)
+
+
+def within_slo(phases: pd.DataFrame, slo: SLOConfig) -> pd.Series:
+    """Per request: finished ok and its own TTFT / TPOT / E2E within the SLO bounds."""
+    ok = phases["outcome"] == "ok"
+    ttft = phases["ttft_ms"].fillna(np.inf) <= slo.ttft_p99_ms
+    tpot = phases["tpot_ms"].fillna(0.0) <= slo.tpot_p95_ms
+    e2e = phases["e2e_ms"].fillna(np.inf) <= (slo.e2e_p99_ms if slo.e2e_p99_ms is not None else np.inf)
+    return ok & ttft & tpot & e2e
+
+
+def cost_table(
+    trials: pd.DataFrame,
+    slo: SLOConfig,
+    hw: HardwareProfile,
+    threads_by_arm: dict[str, int],
+    task_success: dict[str, float] | None = None,
+) -> pd.DataFrame:
+    """Cost per successful request for each arm, pooled over its trials; with `task_success` (arm -> share
+    of suite documents answered right) also cost per successful task = served within SLO x answered right."""
+    rows = []
+    cores = os.cpu_count() or 1
+    for arm, sub in trials[~trials["failed"]].groupby("arm"):
+        device_s = float(sub["duration_s"].sum())
+        phases = pd.concat(list(sub["phases"]), ignore_index=True)
+        n_success = int(within_slo(phases, slo).sum())
+        if hw.kind == "cpu":
+            util = min(1.0, threads_by_arm.get(arm, 1) / cores)
+            energy_label = f"estimate: TDP x {util:.2f} (threads/cores)"
+        else:
+            util = 1.0
+            energy_label = "estimate: TDP x 1.0 (no power measured)"
+        energy_j = energy_estimate_j(device_s, hw.tdp_w, util)
+        cost = cost_per_successful_task(device_s, hw.price_per_hour_usd, energy_j, USD_PER_KWH, n_success)
+        row = {
+            "arm": arm,
+            "device_s": device_s,
+            "requests": len(phases),
+            "successful": n_success,
+            "success_rate": n_success / max(1, len(phases)),
+            "energy_j": energy_j,
+            "energy_basis": energy_label,
+            **cost,
+        }
+        rate = (task_success or {}).get(str(arm))
+        if rate is not None and np.isfinite(rate):
+            tasks_ok = n_success * rate
+            row.update(
+                {
+                    "task_success_rate": rate,
+                    "successful_tasks": tasks_ok,
+                    "cost_per_successful_task_usd": cost["total_cost_usd"] / tasks_ok if tasks_ok > 0 else None,
+                    "task_success_basis": "estimate: within-SLO requests x the arm's suite accuracy",
+                }
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def judge_quality(
+    drift: dict[str, Any], served: dict[str, Any], gate: GateSettings, required: bool
+) -> tuple[str, list[str]]:
+    reasons: list[str] = []
+    fails = False
+    measured = False
+    if served.get("status") == "measured":
+        measured = True
+        ok = served["token_agreement"] >= gate.min_token_agreement
+        fails |= not ok
+        reasons.append(
+            f"served outputs: token agreement {served['token_agreement']:.4f} "
+            f"({'>=' if ok else '<'} {gate.min_token_agreement}), exact match {served['exact_match_rate']:.3f} "
+            f"on {served['n']} requests"
+        )
+    else:
+        reasons.append(f"served outputs: skipped ({served.get('reason')})")
+    if drift.get("status") == "measured":
+        measured = True
+        ok_kl = drift["mean_kl"] <= gate.max_mean_kl
+        ok_top1 = drift["top1_agreement"] >= gate.min_token_agreement
+        fails |= not (ok_kl and ok_top1)
+        reasons.append(
+            f"next-token drift on {drift['prompts']} held prompts: mean KL {drift['mean_kl']:.3g} "
+            f"({'<=' if ok_kl else '>'} {gate.max_mean_kl}), top-1 agreement {drift['top1_agreement']:.4f} "
+            f"({'>=' if ok_top1 else '<'} {gate.min_token_agreement})"
+        )
+    else:
+        reasons.append(f"next-token drift: skipped ({drift.get('reason')})")
+    if not measured:
+        return ("skipped" if not required else "fail"), reasons + (
+            ["the change can alter outputs but no quality evidence was measured"] if required else []
+        )
+    return ("fail" if fails else "pass"), reasons
+
+
+def combine_quality(
+    suite_status: str, suite_reasons: list[str], drift_status: str, drift_reasons: list[str], required: bool
+) -> tuple[str, list[str]]:
+    """One quality status from the suite and the drift check (see the module docstring)."""
+    reasons = list(suite_reasons) + [f"drift: {drift_status}"] + [f"  {r}" for r in drift_reasons]
+    if suite_status == "fail":
+        return "fail", reasons
+    if required:
+        if suite_status in ("pass", "inconclusive"):
+            return suite_status, reasons + ["outputs may differ by design (the remedy alters them): the suite decides"]
+        return drift_status, reasons  # no suite (fake arms, or it could not run): the drift evidence is all there is
+    if drift_status == "fail":
+        return "fail", reasons + ["a pure systems change must not change outputs, and these drifted"]
+    if suite_status == "inconclusive":
+        return "inconclusive", reasons
+    return ("pass" if "pass" in (suite_status, drift_status) else drift_status), reasons
+
+
+def judge_cost(costs: pd.DataFrame) -> tuple[str, list[str]]:
+    if set(costs.get("arm", [])) < {"baseline", "candidate"}:
+        return "skipped", ["cost needs both arms measured"]
+    base = costs.set_index("arm").loc["baseline"]
+    cand = costs.set_index("arm").loc["candidate"]
+    col = "cost_per_successful_task_usd" if "cost_per_successful_task_usd" in costs else "cost_per_success_usd"
+    b, c = _num(base[col]), _num(cand[col])
+    if not np.isfinite(c):
+        return "fail", [f"candidate served no request within SLO (cost per success is infinite; baseline {b:.3g} USD)"]
+    passed = c <= b * 1.0 or not np.isfinite(b)
+    return ("pass" if passed else "fail"), [
+        f"{'cost per successful task' if col.endswith('task_usd') else 'cost per successful request'}: baseline {b:.3g} USD ({int(base['successful'])} ok within SLO), "
+        f"candidate {c:.3g} USD ({int(cand['successful'])}) -> {'not more expensive' if passed else 'more expensive'}"
+    ]
+
+
+def _num(value: Any) -> float:
+    """None (no successful request) -> inf, so comparisons stay honest."""
+    return float("inf") if value is None or value != value else float(value)

@@ -1,0 +1,233 @@
+"""Step 6's quality evidence: the sliced suite run on baseline and candidate, compared per slice (G1, G2).
+
+Which model is evaluated: `gate.quality_model = "system"` evaluates each arm's own model (a real trained
+model on a GPU); otherwise each arm's settings are applied to a proxy model that actually solves the tasks
+(`builtin:quality-tiny`, trained by `inferopt.model.quality.train`), because the serving model here is random and
+would score zero everywhere. The result says which, so a proxy result is never presented as the serving
+model's own quality.
+
+How each arm is evaluated (`SuiteGate.paths` says, per arm):
+  hf      in memory: the arm's dtype, attention, weight quantization and KV cache on the loaded model
+  vllm    served: `vllm serve` with the arm's own knobs on the evaluated model, lm-eval `local-completions`
+          against it (`served.py`); one server at a time, stopped afterwards
+  openai  served against the configured URL with `quality_model: system`; otherwise the proxy in memory
+          with default settings (no knob of an external endpoint can be applied to it — said so)
+  fake    skipped (it generates no text)
+Tasks an endpoint could not serve are listed per arm with the reason; only documents both arms answered
+are compared.
+
+Deliberately not here: the statistics (`sliced.py`), lm-eval wiring (`lmeval.py`), launching servers
+(`served.py`), the verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from inferopt.config import (
+    AnySystem,
+    GateSettings,
+    HFSystem,
+    ModelSpec,
+    OpenAISystem,
+    VLLMSystem,
+)
+from inferopt.gate.sliced import (
+    PRIMARY_METRIC,
+    accuracy_by_slice,
+    calibration,
+    compare,
+    overall_status,
+)
+
+
+@dataclass
+class SuiteGate:
+    status: str  # pass / fail / inconclusive / skipped
+    reasons: list[str]
+    model: str = ""  # what was evaluated (and whether it is a proxy)
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)  # slice x metric with paired CIs
+    calibration: pd.DataFrame = field(default_factory=pd.DataFrame)  # ECE / Brier per language
+    accuracy: pd.DataFrame = field(default_factory=pd.DataFrame)  # arm x task x lang x context
+    task_success_rate: dict[str, float] = field(default_factory=dict)  # arm -> share of documents answered right
+    lm_eval_results: dict[str, Any] = field(default_factory=dict)  # arm -> lm-eval's own aggregates
+    samples: dict[str, pd.DataFrame] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)  # arm -> served / in-memory / in-memory proxy
+    evaluated: dict[str, str] = field(default_factory=dict)  # arm -> what exactly was evaluated, in words
+    skipped_tasks: dict[str, dict[str, str]] = field(default_factory=dict)  # arm -> task -> why it could not run
+
+
+def evaluated_system(system: HFSystem, gate: GateSettings) -> HFSystem:
+    """The system the suite loads: the arm itself, or the arm's settings on the proxy model."""
+    if gate.quality_model == "system":
+        return system
+    return system.model_copy(update={"model": ModelSpec(path=gate.quality_model)})
+
+
+def task_success_rate(samples: pd.DataFrame) -> float:
+    """Share of documents answered correctly on their task's primary metric (each task weighted by its docs)."""
+    prim = samples[[PRIMARY_METRIC.get(t) == m for t, m in zip(samples["task"], samples["metric"], strict=False)]]
+    return float(prim["value"].mean()) if len(prim) else float("nan")
+
+
+def run_suite(system: HFSystem, gate: GateSettings) -> Any:
+    """In memory: the arm's settings on the evaluated model, loaded in this process."""
+    import torch
+
+    from inferopt.gate.lmeval import run_in_memory
+    from inferopt.model.loading import load_system_model
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(system.torch_threads)
+    try:
+        loaded = load_system_model(evaluated_system(system, gate))
+        return run_in_memory(loaded.model, loaded.tokenizer, limit=gate.quality_limit, data_dir=gate.quality_data_dir)
+    finally:
+        torch.set_num_threads(prev)
+
+
+def evaluation_path(system: AnySystem, gate: GateSettings) -> str | None:
+    """How the suite evaluates this arm: `in-memory`, `in-memory proxy`, `served`, or None (cannot)."""
+    proxy = gate.quality_model != "system"
+    if isinstance(system, HFSystem):
+        return "in-memory proxy" if proxy else "in-memory"
+    if isinstance(system, VLLMSystem):
+        return "served"
+    if isinstance(system, OpenAISystem):
+        return "in-memory proxy" if proxy else "served"
+    return None
+
+
+def run_arm(system: AnySystem, gate: GateSettings) -> tuple[Any, str]:
+    """The suite on one arm along its `evaluation_path`; returns (SuiteResult, what was evaluated, in words)."""
+    if isinstance(system, VLLMSystem):
+        from inferopt.gate.served import run_vllm_served
+
+        return run_vllm_served(system, gate)
+    if isinstance(system, OpenAISystem):
+        if gate.quality_model == "system":
+            from inferopt.gate.served import run_openai_served
+
+            return run_openai_served(system, gate)
+        proxy = HFSystem(name=f"{system.name}-proxy", model=ModelSpec(path=gate.quality_model))
+        return run_suite(proxy, gate), (
+            f"in-memory proxy: {gate.quality_model} with default settings (an external "
+            "endpoint's knobs cannot be applied to it: this is the proxy's own quality)"
+        )
+    assert isinstance(system, HFSystem)
+    what = (
+        f"in-memory: {system.model.path} as loaded"
+        if gate.quality_model == "system"
+        else f"in-memory proxy: {gate.quality_model} with the arm's settings"
+    )
+    return run_suite(system, gate), what
+
+
+def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGate:
+    """Run the suite on both arms and compare them slice by slice; never raises (a failure is `skipped`
+    with the reason, and the verdict decides what a skipped required gate means)."""
+    arms = {"baseline": base, "candidate": cand}
+    paths = {arm: evaluation_path(s, gate) for arm, s in arms.items()}
+    if None in paths.values():
+        return SuiteGate(
+            "skipped",
+            [(f"the suite cannot evaluate {base.engine}/{cand.engine} arms (a fake engine generates no text)")],
+        )
+    model = (
+        cand.model.path
+        if gate.quality_model == "system" and hasattr(cand, "model")
+        else (
+            "each arm's own model"
+            if gate.quality_model == "system"
+            else f"{gate.quality_model} (proxy: each arm's settings applied to it)"
+        )
+    )
+    results: dict[str, Any] = {}
+    said: dict[str, str] = {}
+    for arm, system in arms.items():
+        try:
+            results[arm], said[arm] = run_arm(system, gate)
+        except Exception as exc:  # noqa: BLE001 - evidence that could not be gathered is reported, not raised
+            return SuiteGate(
+                "skipped",
+                [
+                    (
+                        f"quality suite failed to run on the {arm} ({paths[arm]}): "
+                        f"{type(exc).__name__}: {str(exc)[-1500:]}"
+                    )
+                ],
+                model=model,
+                paths=paths,
+                evaluated=said,
+            )
+    rb, rc = results["baseline"], results["candidate"]
+    path_lines = [f"  {arm} [{paths[arm]}]: {said[arm]}" for arm in arms]
+    skipped = {arm: dict(r.skipped) for arm, r in results.items() if r.skipped}
+    skip_lines = [f"  {arm}: task {t} skipped ({why})" for arm, d in skipped.items() for t, why in d.items()]
+    if rb.samples.empty or rc.samples.empty:
+        return SuiteGate(
+            "skipped",
+            ["quality suite: no task ran on both arms", *path_lines, *skip_lines],
+            model=model,
+            paths=paths,
+            evaluated=said,
+            skipped_tasks=skipped,
+        )
+    table = compare(
+        rb.samples,
+        rc.samples,
+        margin=gate.quality_margin,
+        slice_margins=gate.slice_margins,
+        mlperf_ratio=gate.mlperf_ratio,
+        alpha=gate.quality_alpha,
+        samples=gate.quality_bootstrap,
+    )
+    has_mc = all("p_gold" in r.samples for r in (rb, rc))  # no multiple choice ran on an arm: no calibration
+    cal = (
+        calibration(rb.samples, rc.samples, margin=gate.quality_margin, alpha=gate.quality_alpha)
+        if has_mc
+        else pd.DataFrame()
+    )
+    both = pd.concat([table, cal], ignore_index=True)
+    status = overall_status(both)
+    acc = pd.concat(
+        [accuracy_by_slice(rb.samples).assign(arm="baseline"), accuracy_by_slice(rc.samples).assign(arm="candidate")],
+        ignore_index=True,
+    )
+    rates = {"baseline": task_success_rate(rb.samples), "candidate": task_success_rate(rc.samples)}
+    reasons = [
+        f"sliced suite on {model}: {status} ({len(both)} slice x metric checks, margin {gate.quality_margin:g}"
+        + (f", MLPerf ratio {gate.mlperf_ratio:g}" if gate.mlperf_ratio else "")
+        + ")",
+        *path_lines,
+        *skip_lines,
+    ]
+    if all(isinstance(s, OpenAISystem) for s in arms.values()) and gate.quality_model != "system":
+        status = "skipped"
+        reasons.append(
+            "  neither arm's settings reach the proxy (external endpoints): the comparison says nothing "
+            "about the change; the suite only gives the task success rate"
+        )
+    for row in both[both["status"] != "pass"].itertuples():
+        reasons.append(
+            f"  {row.status}: {row.slice} {row.metric} {row.base_mean:.3f} -> {row.cand_mean:.3f} "
+            f"(diff {row.diff:+.3f}, {100 * (1 - gate.quality_alpha):.0f}% CI [{row.ci_lo:+.3f}, {row.ci_hi:+.3f}], n={row.n})"
+        )
+    reasons.append(f"  task success rate: baseline {rates['baseline']:.3f}, candidate {rates['candidate']:.3f}")
+    return SuiteGate(
+        status,
+        reasons,
+        model=model,
+        table=table,
+        calibration=cal,
+        accuracy=acc,
+        task_success_rate=rates,
+        lm_eval_results={"baseline": rb.results, "candidate": rc.results},
+        samples={"baseline": rb.samples, "candidate": rc.samples},
+        paths=paths,
+        evaluated=said,
+        skipped_tasks=skipped,
+    )

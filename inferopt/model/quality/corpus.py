@@ -1,0 +1,244 @@
+"""A seeded synthetic multi-task corpus with the slices of SPEC G2, for the project's own quality model.
+
+Four tasks a small model can learn on 2 CPU cores, each in two languages (English words vs Chinese words:
+two scripts, same task), so a change that hurts one slice and not another shows up as a sliced drop:
+
+  arith  `17+25 ->` -> `42`                      1-2 digit addition            (risk: normal)
+  kv     `a381 q902 m117 ?q` -> `902`             key-value retrieval; `long`   (risk: high - ids exact)
+         puts 24 pairs before the query with the queried key in the first quarter (the answer far back)
+  tool   `refund order 4821 amount 35.20` -> `{"name":"refund","order_id":"4821","amount":35.20}`
+         tool-call JSON arguments; `long` adds unrelated order history first     (risk: high - amounts, ids)
+  mc     `larger: 37 52 ->` choices [`37`, `52`]  multiple choice scored by log-likelihood (calibration)
+
+Every example has a stable `id` and a `slice` object {task, lang, context, risk}. Evaluation examples come
+from a fixed seed and are held out of training by construction: an operand pair / key set / order id whose
+`_holdout` hash falls in the evaluation bucket is never generated for training.
+
+Deliberately not here: training (`inferopt.model.quality.train`), lm-eval task files (`inferopt/gate/tasks/`),
+scoring and statistics (`inferopt.gate.sliced`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, Literal
+
+Split = Literal["train", "eval"]
+TASKS = ("arith", "kv", "tool", "mc")
+LANGS = ("en", "zh")
+
+_EN_KEYS = list("abcdefghijklmnopqrstuvwxyz")
+_ZH_KEYS = list("甲乙丙丁戊己庚辛壬癸子丑寅卯辰巳午未申酉戌亥金木水火")
+_WORDS = {
+    "en": {
+        "plus": "+",
+        "eq": "=",
+        "refund": "refund order",
+        "cancel": "cancel order",
+        "amount": "amount",
+        "larger": "larger:",
+        "smaller": "smaller:",
+        "shipped": "shipped",
+        "order": "order",
+    },
+    "zh": {
+        "plus": "加",
+        "eq": "等于",
+        "refund": "退款 订单",
+        "cancel": "取消 订单",
+        "amount": "金额",
+        "larger": "较大:",
+        "smaller": "较小:",
+        "shipped": "已发货",
+        "order": "订单",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    prompt: str
+    answer: str  # the gold continuation (generate-until tasks)
+    slice: dict[str, str]
+    choices: list[str] = field(default_factory=list)  # multiple choice only
+    gold: int = -1  # index into choices
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
+
+
+def _holdout(*parts: object) -> bool:
+    """True for the ~1/8 of items reserved for evaluation (stable across runs and machines)."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return digest[0] % 8 == 0
+
+
+def _accept(split: Split, *parts: object) -> bool:
+    return _holdout(*parts) == (split == "eval")
+
+
+def _slice(task: str, lang: str, context: str = "short", risk: str = "normal") -> dict[str, str]:
+    return {"task": task, "lang": lang, "context": context, "risk": risk}
+
+
+def arith(rng: random.Random, lang: str, split: Split) -> Example | None:
+    a, b = rng.randrange(100), rng.randrange(100)
+    if not _accept(split, "arith", a, b):
+        return None
+    w = _WORDS[lang]
+    # every prompt ends with " ->" (a trial with `17+25=` read the `=` as a key-value pair and failed en arith)
+    prompt = f"{a}+{b} ->" if lang == "en" else f"{a}{w['plus']}{b} ->"
+    return Example(f"arith-{lang}-{a}-{b}", prompt, str(a + b), _slice("arith", lang))
+
+
+def kv(rng: random.Random, lang: str, split: Split, long: bool) -> Example | None:
+    keys = _EN_KEYS if lang == "en" else _ZH_KEYS
+    n = 24 if long else 4
+    chosen = rng.sample(keys, n)
+    values = [f"{rng.randrange(100, 1000)}" for _ in chosen]
+    q = rng.randrange(n // 4) if long else rng.randrange(n)
+    if not _accept(split, "kv", chosen[q], values[q], n):
+        return None
+    # the value right after its key and the query ending with the key: retrieval is then plain induction
+    # (copy what followed the earlier occurrence of the current token); `a=381` made it a two-step lookup
+    # that the small model did not learn in 45 CPU-minutes
+    ctx = " ".join(f"{k}{v}" for k, v in zip(chosen, values, strict=False))
+    prompt = f"{ctx} ?{chosen[q]}"
+    return Example(
+        f"kv-{lang}-{'long' if long else 'short'}-{chosen[q]}{values[q]}-{n}-{rng.randrange(1 << 30)}",
+        prompt,
+        values[q],
+        _slice("kv", lang, "long" if long else "short", "high"),
+    )
+
+
+def _amount(rng: random.Random) -> str:
+    return f"{rng.randrange(1, 100)}.{rng.randrange(100):02d}"
+
+
+def tool(rng: random.Random, lang: str, split: Split, long: bool) -> Example | None:
+    w = _WORDS[lang]
+    order = str(rng.randrange(1000, 10000))
+    if not _accept(split, "tool", order):
+        return None
+    history = ""
+    if long:
+        others = [str(rng.randrange(1000, 10000)) for _ in range(8)]
+        history = " ".join(f"{w['order']} {o} {w['shipped']}." for o in others) + " "
+    if rng.random() < 0.7:
+        amount = _amount(rng)
+        prompt = f"{history}{w['refund']} {order} {w['amount']} {amount}"
+        answer = json.dumps({"name": "refund", "order_id": order, "amount": float(amount)}, separators=(",", ":"))
+        # keep the amount's written form (35.20, not 35.2): exact amounts are the high-risk slice
+        answer = answer.replace(f'"amount":{float(amount)!r}', f'"amount":{amount}')
+    else:
+        prompt = f"{history}{w['cancel']} {order}"
+        answer = json.dumps({"name": "cancel", "order_id": order}, separators=(",", ":"))
+    return Example(
+        f"tool-{lang}-{'long' if long else 'short'}-{order}-{rng.randrange(1 << 30)}",
+        prompt + " ->",
+        answer,
+        _slice("tool", lang, "long" if long else "short", "high"),
+    )
+
+
+def mc(rng: random.Random, lang: str, split: Split) -> Example | None:
+    a, b = rng.sample(range(10, 100), 2)
+    which = "larger" if rng.random() < 0.5 else "smaller"
+    if not _accept(split, "mc", a, b, which):
+        return None
+    gold_value = max(a, b) if which == "larger" else min(a, b)
+    choices = [str(a), str(b)]
+    prompt = f"{_WORDS[lang][which]} {a} {b} ->"
+    return Example(
+        f"mc-{lang}-{which}-{a}-{b}",
+        prompt,
+        str(gold_value),
+        _slice("mc", lang),
+        choices,
+        choices.index(str(gold_value)),
+    )
+
+
+def copy_task(rng: random.Random) -> Example:
+    """Training-only warm-up (the copy curriculum): copy a short string of letters and digits."""
+    n = rng.randrange(3, 12)
+    s = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(n))
+    return Example(f"copy-{s}", f"copy {s} ->", s, _slice("copy", "en"))
+
+
+def one(rng: random.Random, task: str, lang: str, split: Split, long: bool = False) -> Example | None:
+    if task == "arith":
+        return arith(rng, lang, split)
+    if task == "kv":
+        return kv(rng, lang, split, long)
+    if task == "tool":
+        return tool(rng, lang, split, long)
+    if task == "mc":
+        return mc(rng, lang, split)
+    raise ValueError(f"unknown task {task!r}; fix: one of {TASKS}")
+
+
+TRAIN_MIX = {"arith": 0.3, "kv": 0.35, "tool": 0.15, "mc": 0.2}  # tool-call copying is learned fastest
+
+
+def stream(
+    seed: int, split: Split = "train", long_share: float = 0.3, weights: dict[str, float] | None = None
+) -> Iterator[Example]:
+    """An endless seeded mix of every task and language (training draws from this; `TRAIN_MIX` weights
+    unless `weights` are given)."""
+    rng = random.Random(seed)
+    mix = weights or TRAIN_MIX
+    names, weights_ = list(mix), list(mix.values())
+    while True:
+        task, lang = rng.choices(names, weights_)[0], rng.choice(LANGS)
+        ex = one(rng, task, lang, split, long=task in ("kv", "tool") and rng.random() < long_share)
+        if ex is not None:
+            yield ex
+
+
+def eval_set(per_slice: int = 60, seed: int = 20261130) -> list[Example]:
+    """The fixed evaluation set: `per_slice` held-out examples for every (task, lang, context) cell."""
+    rng = random.Random(seed)
+    out: list[Example] = []
+    for task in TASKS:
+        for lang in LANGS:
+            for long in (False, True) if task in ("kv", "tool") else (False,):
+                seen: set[str] = set()
+                while len(seen) < per_slice:
+                    ex = one(rng, task, lang, "eval", long)
+                    if ex is not None and ex.id not in seen:
+                        seen.add(ex.id)
+                        out.append(ex)
+    return out
+
+
+def write_jsonl(examples: list[Example], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(e.to_json() + "\n" for e in examples), encoding="utf-8")
+    return path
+
+
+def write_task_files(data_dir: str | Path, per_slice: int = 60, seed: int = 20261130) -> dict[str, Path]:
+    """The lm-eval data: one `<task>.jsonl` per task from `eval_set` (deterministic: same bytes every time)."""
+    by_task: dict[str, list[Example]] = {}
+    for ex in eval_set(per_slice, seed):
+        by_task.setdefault(ex.slice["task"], []).append(ex)
+    return {t: write_jsonl(rows, Path(data_dir) / f"{t}.jsonl") for t, rows in by_task.items()}
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="write the quality suite's evaluation JSONL files")
+    ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "gate" / "tasks" / "data"))
+    ap.add_argument("--per-slice", type=int, default=60)
+    args = ap.parse_args()
+    for task, path in write_task_files(args.data_dir, args.per_slice).items():
+        print(task, path)
