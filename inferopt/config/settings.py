@@ -204,7 +204,13 @@ class FairnessSettings(Frozen):
 
     max_wait_ms: PositiveFloat | None = Field(
         default=None,
-        description="a tenant/priority whose longest wait exceeds this starves; None = 3 x the SLO's TTFT p99",
+        description="when every group's longest wait exceeds this, the run reads as overloaded (not starvation: "
+        "nobody is worse off than the others); None = 3 x the SLO's TTFT p99",
+    )
+    max_wait_ratio: float = Field(
+        default=3.0,
+        gt=1.0,
+        description="a group whose median wait is this many times the other groups' (and significantly so) starves",
     )
     min_share_ratio: float = Field(
         default=0.5, gt=0.0, le=1.0, description="served share / offered share below this starves"

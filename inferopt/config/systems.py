@@ -86,6 +86,11 @@ class BatchingKnobs(Frozen):
     max_queue: PositiveInt | None = Field(
         default=None, description="admission control: reject arrivals beyond this many waiting (None = unbounded)"
     )
+    priority_order: Literal["arrival", "strict"] = Field(
+        default="arrival",
+        description="arrival: FIFO, priority breaks ties; strict: the best priority (lowest number) first, FIFO "
+        "within a level (under overload a low priority can starve, as with vLLM's --scheduling-policy priority)",
+    )
 
 
 class HFSystem(Frozen):

@@ -35,13 +35,17 @@ def admit_on_arrival(knobs: BatchingKnobs, n_waiting: int) -> bool:
 
 
 def static_batch(knobs: BatchingKnobs, waiting: Sequence[Waiting], now_s: float) -> BatchDecision:
-    """Decide whether to start a static batch now. FIFO by arrival; priority breaks ties only."""
+    """Decide whether to start a static batch now. `priority_order` arrival: FIFO, priority breaks ties;
+    strict: best priority first, FIFO within a level. The wait window runs from the oldest arrival."""
     if not waiting:
         return BatchDecision(batch=(), wait_s=None)
-    ordered = sorted(waiting, key=lambda w: (w.arrival_s, w.priority))
+    if knobs.priority_order == "strict":
+        ordered = sorted(waiting, key=lambda w: (w.priority, w.arrival_s))
+    else:
+        ordered = sorted(waiting, key=lambda w: (w.arrival_s, w.priority))
     if len(ordered) >= knobs.max_batch_size:
         return BatchDecision(batch=tuple(w.request_id for w in ordered[: knobs.max_batch_size]), wait_s=None)
-    deadline_s = ordered[0].arrival_s + knobs.batch_wait_ms / 1000.0
+    deadline_s = min(w.arrival_s for w in ordered) + knobs.batch_wait_ms / 1000.0
     if now_s >= deadline_s:
         return BatchDecision(batch=tuple(w.request_id for w in ordered), wait_s=None)
     return BatchDecision(batch=(), wait_s=deadline_s - now_s)

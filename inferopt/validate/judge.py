@@ -74,6 +74,7 @@ def judge_fairness(
         duration_s=result.run.duration_s,
         max_wait_ms=max_wait,
         min_share_ratio=settings.min_share_ratio,
+        max_wait_ratio=settings.max_wait_ratio,
         min_requests=settings.min_requests,
         weights=weights,
     )

@@ -91,7 +91,7 @@ def test_fairness_flags_planted_starvation_and_not_a_fair_run() -> None:
     )
     t = starved.table.set_index(["group_by", "group"])
     assert bool(t.loc[("tenant", "b"), "starved"]) and not bool(t.loc[("tenant", "a"), "starved"])
-    assert "max wait 5000 ms" in t.loc[("tenant", "b"), "why"] and "offered share" in t.loc[("tenant", "b"), "why"]
+    assert "offered share" in t.loc[("tenant", "b"), "why"]  # 2 served: too few for the wait test
     assert bool(t.loc[("priority", "1"), "starved"])
     assert t.loc[("tenant", "a"), "weight_share"] == pytest.approx(0.75)
     assert starved.jain_tenant < 0.75 and any(s.startswith("tenant=b") for s in starved.starved)
