@@ -47,6 +47,7 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from prefect import flow  # noqa: E402
 
+from inferopt.ablate.compare import TrialContext  # noqa: E402
 from inferopt.ablate.dispatch import run_arm_trials, trial_config  # noqa: E402
 from inferopt.ablate.regression import ACCEPTED, compare_to_accepted, trials_from_ablation, trials_from_runs  # noqa: E402
 from inferopt.config import CandidateConfig  # noqa: E402
@@ -182,7 +183,8 @@ def nightly(
         for r in runs:
             if not r.failed:
                 tracker.metrics(headline(r.phases, r.duration_s), step=r.tags.trial)
-        check = compare_to_accepted(accepted, trials_from_runs(runs), alpha=alpha, tolerance=tolerance)
+        context = TrialContext.of(cfg.workload, cfg.slo)  # failures censored at the deadline, goodput's SLO
+        check = compare_to_accepted(accepted, trials_from_runs(runs), alpha=alpha, tolerance=tolerance, context=context)
         if len(check.effects):
             tracker.table(check.effects, "effects.parquet")
             for e in check.effects.itertuples():
@@ -199,6 +201,7 @@ def nightly(
                 "regressed": check.regressed,
                 "reasons": check.reasons,
                 "notes": check.notes,
+                "underpowered": check.underpowered,
                 "accepted_run": run_id,
                 "window": vars(window),
             },
@@ -208,6 +211,8 @@ def nightly(
             {
                 "inferopt.regression": str(check.regressed).lower(),
                 "inferopt.regression_reasons": "\n".join(check.reasons) or "none",
+                "inferopt.regression_power": "\n".join(check.underpowered)
+                or f"every metric: a regression of the tolerance is detectable at power 0.8 with {check.n_pairs} pairs",
             }
         )
     except BaseException:
@@ -221,8 +226,17 @@ def nightly(
             f"{tracker.parent_run_id}:\n  " + "\n  ".join(check.reasons)
         )
     tracker.finish()
-    print(f"[nightly] no regression beyond noise ({check.n_pairs} pairs, tolerance {tolerance:.0%})", flush=True)
-    return {"run_id": tracker.parent_run_id, "accepted_run": run_id, "regressed": False, "pairs": check.n_pairs}
+    for line in check.underpowered:  # said, never a silent pass
+        print(f"[nightly] UNDERPOWERED: {line.removeprefix('underpowered: ')}", flush=True)
+    seen = "no regression beyond noise" if not check.underpowered else "no regression seen, but see UNDERPOWERED"
+    print(f"[nightly] {seen} ({check.n_pairs} pairs, tolerance {tolerance:.0%})", flush=True)
+    return {
+        "run_id": tracker.parent_run_id,
+        "accepted_run": run_id,
+        "regressed": False,
+        "pairs": check.n_pairs,
+        "underpowered": check.underpowered,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,34 +1,37 @@
-"""Effects of an arm against the baseline, beyond noise: per metric a test of the paired difference, the
-target metrics first then the rest (serial gatekeeping with Holm in each family), a per-arm verdict
-(improves / regresses / no detectable change; `run.py` adds skipped / failed), and the interaction of
-single changes in their combination (log-additive model).
+"""Effects of an arm against the baseline, beyond noise, in two families with their own error control:
+benefit (the target metrics, two-sided, Holm) and harm (every metric, one-sided against a tolerance, Holm),
+so a regression beyond tolerance is found whether or not the targets moved; a per-arm verdict (improves /
+regresses / no detectable change; `run.py` adds skipped / failed) with the minimum detectable effect per metric.
 
-Each metric is a statistic over per-request values within a trial (p50, p99 ... of TTFT, TPOT, E2E), a
-trial rate (output tokens/s: per-request tokens / trial duration, summed), or a per-trial scalar the run
-measured (`RESOURCE_METRICS`: peak memory, weight bytes, peak KV bytes, KV bytes per token; process RSS and
-CPU time where reported) — compared the same way: paired CI of the difference and the ratio, Holm. The default test works at the
-level of repeats (`inferopt.stats.inference.paired_repeat_test`): the statistic per trial, the log ratio
-per repeat, a t-test over repeats. The two-level bootstrap (trials, then requests within trials:
-`paired_bootstrap_diff`) stays selectable; it treats requests as independent, which batching makes false,
-and measured too many A/A false alarms with few repeats.
+Failures count: latency percentiles are over every request, a failed one (timeout, rejected, error) censored
+at the request deadline; failure rate, SLO attainment and goodput (requests/s meeting every SLO) are metrics.
+The default test is over repeats (`inferopt.stats.inference.paired_repeat_test`, log ratios; share and
+goodput metrics on the difference scale). See docs/method.md (A1, M5).
 
 Deliberately not here: running trials, and judging SLOs (validation) or quality (gate).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import pandas as pd
 
 from inferopt.ablate.interaction import interaction_bootstrap, interaction_repeat_test
+from inferopt.config import SLOConfig, WorkloadConfig
 from inferopt.stats.inference import (
+    Effect,
     RowStat,
+    harm_p_value,
     holm,
+    min_detectable_shift,
     paired_bootstrap_diff,
+    paired_repeat_diff_test,
     paired_repeat_test,
     quantile_rows,
     sum_rows,
@@ -45,6 +48,32 @@ class MetricSpec:
     row_stat: RowStat | None = None  # the same statistic row-wise (vectorised bootstrap)
     trial_key: str | None = None  # a per-trial scalar (the trial's `resources[trial_key]`), not a request column
     additive: bool = False  # a sum of parts (bytes): changes compose by adding differences (interaction)
+    scale: Literal["log", "diff"] = "log"  # the repeat test on log ratios, or on differences (often-zero metrics)
+    tolerance: Literal["relative", "absolute"] = "relative"  # the harm bound: a fraction of the baseline, or a share
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What per-request metrics need besides the phases: the deadline a failed request is censored at, and the
+    per-request SLO bounds goodput counts against (a request meets the SLO when it is ok, its TTFT within the
+    TTFT p99 bound, its TPOT within the TPOT p95 bound and its E2E within the E2E p99 bound when one is set)."""
+
+    deadline_ms: float = WorkloadConfig.model_fields["timeout_s"].default * 1000.0
+    ttft_ms: float = math.inf
+    tpot_ms: float = math.inf
+    e2e_ms: float = math.inf
+
+    @classmethod
+    def of(cls, workload: WorkloadConfig, slo: SLOConfig) -> TrialContext:
+        e2e = slo.e2e_p99_ms if slo.e2e_p99_ms is not None else math.inf
+        return cls(workload.timeout_s * 1000.0, slo.ttft_p99_ms, slo.tpot_p95_ms, e2e)
+
+    def meets_slo(self, phases: pd.DataFrame) -> np.ndarray:
+        """Per request: ok and within every per-request SLO bound (a one-token output has no TPOT to miss)."""
+        ok = (phases["outcome"] == "ok").to_numpy()
+        tpot = pd.to_numeric(phases["tpot_ms"], errors="coerce").fillna(0.0).to_numpy(float)
+        within = (phases["ttft_ms"].to_numpy(float) <= self.ttft_ms) & (tpot <= self.tpot_ms)
+        return ok & within & (phases["e2e_ms"].to_numpy(float) <= self.e2e_ms)
 
 
 def _q(values: np.ndarray, q: float) -> float:
@@ -58,6 +87,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("tpot_ms_p95", "tpot_ms", partial(_q, q=0.95), True, "ms", quantile_rows(0.95)),
     MetricSpec("e2e_ms_p99", "e2e_ms", partial(_q, q=0.99), True, "ms", quantile_rows(0.99)),
     MetricSpec("output_tok_per_s", "tok_per_s_share", np.sum, False, "tok/s", sum_rows),
+    MetricSpec("failure_rate", "failed", np.mean, True, "share", scale="diff", tolerance="absolute"),
+    MetricSpec("slo_attainment", "slo_met", np.mean, False, "share", scale="diff", tolerance="absolute"),
+    MetricSpec("goodput_req_per_s", "goodput_share", np.sum, False, "req/s", sum_rows, scale="diff"),
 )
 
 
@@ -100,32 +132,72 @@ def trial_resources(*sources: dict | None) -> dict[str, float]:
 
 
 def _trial_values(
-    phases: pd.DataFrame, duration_s: float, spec: MetricSpec, resources: dict | None = None
+    phases: pd.DataFrame,
+    duration_s: float,
+    spec: MetricSpec,
+    resources: dict | None = None,
+    ctx: TrialContext = TrialContext(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> np.ndarray:
+    """Per-request values of `spec` in one trial; every request counts (a failed one at the deadline)."""
     if spec.trial_key is not None:
         value = (resources or {}).get(spec.trial_key) if isinstance(resources, dict) else None
         return np.array([float(value)]) if value is not None and np.isfinite(value) else np.array([])
-    if spec.column == "tok_per_s_share":
-        # every request counts (failures contribute 0 tokens): sum over requests = output tokens/s of the trial
-        tokens = np.where(phases["outcome"] == "ok", phases["output_len"].to_numpy(float), 0.0)
-        return tokens / max(duration_s, 1e-9)
-    ok = phases[phases["outcome"] == "ok"]
-    return ok[spec.column].dropna().to_numpy(float)
+    ok = (phases["outcome"] == "ok").to_numpy()
+    if spec.column == "tok_per_s_share":  # failures contribute 0 tokens: the sum is the trial's output tokens/s
+        return np.where(ok, phases["output_len"].to_numpy(float), 0.0) / max(duration_s, 1e-9)
+    if spec.column == "failed":
+        return (~ok).astype(float)
+    if spec.column == "slo_met":
+        return ctx.meets_slo(phases).astype(float)
+    if spec.column == "goodput_share":  # requests meeting every SLO per second, failures in the denominator
+        return ctx.meets_slo(phases).astype(float) / max(duration_s, 1e-9)
+    served = phases.loc[ok, spec.column].dropna().to_numpy(float)
+    return np.concatenate([served, np.full(int((~ok).sum()), ctx.deadline_ms)])  # censored at the deadline
 
 
 METRICS_BY_NAME = {m.name: m for m in ALL_METRICS}
 
 
-def arm_trial_values(trials: pd.DataFrame, arm: str, spec: MetricSpec) -> list[np.ndarray]:
+def arm_trial_values(
+    trials: pd.DataFrame,
+    arm: str,
+    spec: MetricSpec,
+    ctx: TrialContext = TrialContext(),  # noqa: B008 - frozen
+) -> list[np.ndarray]:
     """Per-request values of `spec` for each trial of `arm`, in repeat order (a per-trial scalar: one value,
     from the trials' `resources` column; none when the frame has no such column)."""
     sub = trials[trials["arm"] == arm].sort_values("repeat")
     res = sub["resources"] if "resources" in sub else [None] * len(sub)
-    return [_trial_values(p, d, spec, r) for p, d, r in zip(sub["phases"], sub["duration_s"], res, strict=False)]
+    cols = zip(sub["phases"], sub["duration_s"], res, strict=True)
+    return [_trial_values(p, d, spec, r, ctx) for p, d, r in cols]
 
 
 def _has_data(trials: pd.DataFrame, arms: tuple[str, str], spec: MetricSpec) -> bool:
     return spec.trial_key is None or any(v.size for a in arms for v in arm_trial_values(trials, a, spec))
+
+
+def _harm_bound(spec: MetricSpec, eff: Effect, tolerance: float, tolerance_abs: float) -> tuple[float, float]:
+    """(the tolerance as stated, the harm test's bound on its own scale: worse is up for lower-is-better)."""
+    sign = 1.0 if spec.lower_is_better else -1.0
+    if spec.tolerance == "absolute":
+        return tolerance_abs, sign * tolerance_abs
+    if spec.scale == "diff":
+        return tolerance, sign * tolerance * abs(eff.a_value) if math.isfinite(eff.a_value) else math.nan
+    return tolerance, math.log1p(sign * tolerance)
+
+
+def _power_columns(spec: MetricSpec, eff: Effect, alpha: float, tolerance: float, tolerance_abs: float) -> dict:
+    """The harm test's bound and p-value, and the minimum detectable effect at this run's repeats and noise."""
+    tol, bound = _harm_bound(spec, eff, tolerance, tolerance_abs)
+    shift = min_detectable_shift(eff.se_d, eff.n_pairs, alpha)
+    mde = math.expm1(shift) if spec.scale == "log" and math.isfinite(shift) else shift
+    return {
+        "scale": spec.scale,
+        "tolerance": tol,
+        "tolerance_kind": spec.tolerance,
+        "harm_p": harm_p_value(eff, bound, worse_is_up=spec.lower_is_better),
+        "mde": mde,  # log scale: the relative change (0.08 = 8 %); diff scale: the metric's own unit
+    }
 
 
 def compare_arms(
@@ -139,109 +211,138 @@ def compare_arms(
     test: str = "repeat_t",
     targets: tuple[str, ...] = (),
     metrics: tuple[MetricSpec, ...] = ALL_METRICS,
+    context: TrialContext = TrialContext(),  # noqa: B008 - frozen
+    harm_tolerance: float = 0.05,
+    harm_tolerance_abs: float = 0.01,
+    tolerances: Mapping[str, float] | None = None,
 ) -> pd.DataFrame:
-    """Effects table for `arm` vs `baseline`.
+    """Effects table for `arm` vs `baseline`: one row per metric with baseline/arm values, diff and ratio with
+    CIs, the two-sided p-value, the benefit and harm tests, the minimum detectable effect, the direction.
 
-    `trials` has one row per trial: arm, repeat, duration_s, phases (a DataFrame). Returns one row per
-    metric: baseline/arm values, diff and ratio with CIs, p-value, significance, the direction (better /
-    worse / none), its family and whether it was tested.
-
-    `test`: "repeat_t" (`paired_repeat_test`: a t-test over repeats — the default, see its docstring for
-    why) or "two_level_bootstrap" (`paired_bootstrap_diff`, `n_boot` resamples, `seed`).
-
-    Multiple metrics, with `targets` (serial gatekeeping): the target metrics are tested first, Holm at
-    `alpha`; only if every target is significant are the other metrics ("side effect" family) tested, Holm
-    at `alpha`. The family-wise error over all metrics stays <= alpha (a side effect can only be wrongly
-    flagged after every target was rightly or wrongly rejected), and the verdict's metrics do not pay for
-    the ones it does not read. Without `targets`: Holm across all metrics."""
+    `trials` has one row per trial: arm, repeat, duration_s, phases (a DataFrame). `test`: "repeat_t" (the
+    default: a t-test over repeats) or "two_level_bootstrap" (`n_boot` resamples; no harm test, no MDE).
+    Benefit family (with `targets`): the target metrics, two-sided, Holm at `alpha`; without targets every
+    metric is in it (the nightly). Harm family: every metric, one-sided — is the arm worse than the baseline by
+    more than the tolerance (`harm_tolerance` relative; `harm_tolerance_abs` for share metrics; `tolerances`
+    per metric) — Holm at `alpha`. Each family's family-wise error stays <= alpha."""
     rows = []
+    tolerances = tolerances or {}
     for i, spec in enumerate(m for m in metrics if _has_data(trials, (baseline, arm), m)):
-        a_vals = arm_trial_values(trials, baseline, spec)
-        b_vals = arm_trial_values(trials, arm, spec)
+        a_vals = arm_trial_values(trials, baseline, spec, context)
+        b_vals = arm_trial_values(trials, arm, spec, context)
         if test == "repeat_t":
-            eff = paired_repeat_test(a_vals, b_vals, spec.stat, alpha=alpha, metric=spec.name)
+            fn = paired_repeat_diff_test if spec.scale == "diff" else paired_repeat_test
+            eff = fn(a_vals, b_vals, spec.stat, alpha=alpha, metric=spec.name)
         elif test == "two_level_bootstrap":
             eff = paired_bootstrap_diff(
                 a_vals, b_vals, spec.stat, n_boot=n_boot, alpha=alpha, seed=seed + i, row_stat=spec.row_stat
             )
         else:
             raise ValueError(f"unknown test {test!r}; fix: repeat_t or two_level_bootstrap")
-        rows.append(
-            {
-                "arm": arm,
-                "baseline": baseline,
-                "metric": spec.name,
-                "unit": spec.unit,
-                "lower_is_better": spec.lower_is_better,
-                "baseline_value": eff.a_value,
-                "arm_value": eff.b_value,
-                "diff": eff.diff,
-                "diff_lo": eff.diff_lo,
-                "diff_hi": eff.diff_hi,
-                "ratio": eff.ratio,
-                "ratio_lo": eff.ratio_lo,
-                "ratio_hi": eff.ratio_hi,
-                "p_value": eff.p_value,
-                "n_baseline": eff.n_a,
-                "n_arm": eff.n_b,
-                "test": test,
-                "alpha": alpha,
-            }
-        )
-    table = pd.DataFrame(rows)
+        tol = tolerances.get(spec.name, harm_tolerance_abs if spec.tolerance == "absolute" else harm_tolerance)
+        rows.append(_effect_row(arm, baseline, spec, eff, test, alpha) | _power_columns(spec, eff, alpha, tol, tol))
+    return _judge_families(pd.DataFrame(rows), targets, alpha)
+
+
+def _effect_row(arm: str, baseline: str, spec: MetricSpec, eff: Effect, test: str, alpha: float) -> dict:
+    return {
+        "arm": arm,
+        "baseline": baseline,
+        "metric": spec.name,
+        "unit": spec.unit,
+        "lower_is_better": spec.lower_is_better,
+        "baseline_value": eff.a_value,
+        "arm_value": eff.b_value,
+        "diff": eff.diff,
+        "diff_lo": eff.diff_lo,
+        "diff_hi": eff.diff_hi,
+        "ratio": eff.ratio,
+        "ratio_lo": eff.ratio_lo,
+        "ratio_hi": eff.ratio_hi,
+        "p_value": eff.p_value,
+        "n_baseline": eff.n_a,
+        "n_arm": eff.n_b,
+        "n_pairs": eff.n_pairs,
+        "se_d": eff.se_d,
+        "test": test,
+        "alpha": alpha,
+    }
+
+
+def _judge_families(table: pd.DataFrame, targets: tuple[str, ...], alpha: float) -> pd.DataFrame:
+    """Benefit family (targets, or every metric without targets: two-sided Holm) and harm family (every
+    metric: one-sided against its tolerance, Holm); `direction` better / worse / none, `significant` either."""
+    if table.empty:
+        return table
     p = table["p_value"].fillna(1.0).to_numpy()
-    significant = np.zeros(len(table), dtype=bool)
-    if targets:
-        is_target = table["metric"].isin(targets).to_numpy()
-        table["family"] = np.where(is_target, "target", "side effect")
-        significant[is_target] = holm(p[is_target].tolist(), alpha)
-        gate_open = bool(is_target.any() and significant[is_target].all())
-        if gate_open:
-            significant[~is_target] = holm(p[~is_target].tolist(), alpha)
-        table["tested"] = is_target | gate_open
-    else:
-        table["family"] = "all"
-        significant[:] = holm(p.tolist(), alpha)
-        table["tested"] = True
-    table["significant"] = significant
+    in_benefit = table["metric"].isin(targets).to_numpy() if targets else np.ones(len(table), dtype=bool)
+    table["family"] = np.where(in_benefit, "target" if targets else "all", "side effect")
+    benefit = np.zeros(len(table), dtype=bool)
+    benefit[in_benefit] = holm(p[in_benefit].tolist(), alpha)
+    table["tested"] = True  # every metric is tested: for benefit (targets) and for harm (all)
+    table["harm"] = holm(table["harm_p"].tolist(), alpha)
     better = np.where(table["lower_is_better"], table["diff"] < 0, table["diff"] > 0)
-    table["direction"] = np.where(~table["significant"], "none", np.where(better, "better", "worse"))
+    worse_benefit = benefit & ~better
+    table["significant"] = benefit | table["harm"].to_numpy()
+    table["direction"] = np.where(
+        benefit & better, "better", np.where(worse_benefit | table["harm"].to_numpy(), "worse", "none")
+    )
     return table
 
 
+def _effect_text(r: pd.Series) -> str:
+    return (
+        f"{r['metric']}: {r['baseline_value']:.4g} -> {r['arm_value']:.4g} {r['unit']} "
+        f"(x{r['ratio']:.3f}, CI [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]"
+    )
+
+
+def _tolerance_text(r: pd.Series) -> str:
+    if r.get("tolerance_kind") == "absolute":
+        return f"{r['tolerance']:g} absolute"
+    return f"{100 * r['tolerance']:g} %"
+
+
 def arm_verdict(effects: pd.DataFrame, target_metrics: tuple[str, ...]) -> tuple[str, list[str]]:
-    """improves: a target metric is significantly better and none is significantly worse;
-    regresses: a target metric is significantly worse; else no detectable change. Side effects (a
-    non-target metric significantly worse) are returned as reasons, not hidden; when the side-effect family
-    was not tested (not every target moved), non-target metrics whose own CI excludes no change are listed
-    as unconfirmed (not multiplicity-controlled)."""
+    """improves: a target metric is significantly better and no metric is worse (benefit: a target worse;
+    harm: any metric worse beyond its tolerance); regresses: a target is significantly worse, or any metric
+    is worse beyond its tolerance (the harm family), whether or not the targets moved; else no detectable
+    change. Every moved metric is a reason, and so is each metric whose CI says worse within tolerance."""
     reasons = []
-    targets = effects[effects["metric"].isin(target_metrics)]
     unknown = set(target_metrics) - set(effects["metric"])
     if unknown:
         reasons.append(f"target metrics without a measurement: {sorted(unknown)}")
     for _, r in effects.iterrows():
-        if r["direction"] != "none":
+        target = r["metric"] in target_metrics
+        if r["direction"] == "better" or (r["direction"] == "worse" and not r.get("harm", False)):
+            reasons.append(f"{_effect_text(r)}, {r['direction']}{'' if target else ', side effect'})")
+        elif r.get("harm", False):
             reasons.append(
-                f"{r['metric']}: {r['baseline_value']:.4g} -> {r['arm_value']:.4g} {r['unit']} "
-                f"(x{r['ratio']:.3f}, CI [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}], {r['direction']}"
-                f"{'' if r['metric'] in target_metrics else ', side effect'})"
+                f"{_effect_text(r)}): worse beyond the {_tolerance_text(r)} tolerance (harm test p = "
+                f"{r['harm_p']:.2g}, Holm over every metric){'' if target else ', side effect'}"
             )
-    if "tested" in effects:
-        raw = effects[~effects["tested"].astype(bool) & ((effects["ratio_lo"] > 1) | (effects["ratio_hi"] < 1))]
-        for _, r in raw.iterrows():
-            reasons.append(
-                f"{r['metric']}: x{r['ratio']:.3f}, CI [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}] "
-                "(unconfirmed side effect: not tested, the target metrics did not all move)"
-            )
+        elif _ci_says_worse(r):
+            reasons.append(f"{_effect_text(r)}): worse, but not shown beyond the {_tolerance_text(r)} tolerance")
     if effects["p_value"].isna().all():
         reasons.append("no test was possible (the repeat-level test needs >= 2 repeats with data in both arms)")
-    if (targets["direction"] == "worse").any():
+    targets = effects[effects["metric"].isin(target_metrics)]
+    harmed = effects[effects["harm"].astype(bool)] if "harm" in effects else effects.iloc[0:0]
+    tested = int(effects["harm_p"].notna().sum()) if "harm_p" in effects else 0
+    if tested and not len(harmed):
+        reasons.append(f"harm: no metric worse beyond its tolerance (one-sided tests, Holm over {tested} metrics)")
+    if (targets["direction"] == "worse").any() or len(harmed):
         return "regresses", reasons
     if (targets["direction"] == "better").any():
         return "improves", reasons
     reasons.append("no target metric moved beyond noise (every CI of the difference includes 0 after Holm)")
     return "no detectable change", reasons
+
+
+def _ci_says_worse(r: pd.Series) -> bool:
+    lo, hi = r["ratio_lo"], r["ratio_hi"]
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return False
+    return bool(lo > 1 if r["lower_is_better"] else hi < 1)
 
 
 def interaction_table(
@@ -268,7 +369,7 @@ def interaction_table(
     eff = effects.set_index(["arm", "metric"]) if len(effects) else None
     for i, name in enumerate(target_metrics):
         spec = METRICS_BY_NAME.get(name)
-        if spec is None:
+        if spec is None or spec.scale == "diff":  # composition of shares and rates: not a product of ratios
             continue
         base = arm_trial_values(trials, baseline, spec)
         single = [arm_trial_values(trials, a, spec) for a in singles]

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from inferopt.ablate.compare import compare_arms
+from inferopt.ablate.compare import TrialContext, compare_arms
 from inferopt.measure.session import MeasuredRun
+from inferopt.stats.inference import min_detectable_shift, repeats_needed
 
 ACCEPTED = "accepted"
 TONIGHT = "tonight"
@@ -43,6 +44,7 @@ class RegressionCheck:
     failed_share_accepted: float
     failed_share_tonight: float
     notes: list[str] = field(default_factory=list)
+    underpowered: list[str] = field(default_factory=list)  # metrics whose regression of `tolerance` it cannot see
 
 
 def trials_from_runs(runs: list[MeasuredRun], arm: str = TONIGHT) -> pd.DataFrame:
@@ -84,8 +86,36 @@ def _failed_share(trials: pd.DataFrame) -> float:
     return float((outcomes != "ok").mean()) if len(outcomes) else math.nan
 
 
+def power_check(effects: pd.DataFrame, alpha: float, tolerance: float) -> list[str]:
+    """Per log-scale metric: can this many pairs see a regression of `tolerance` (power 0.8, at alpha over the
+    number of metrics — Holm's first step)? One line per metric that cannot, with the repeats it would need."""
+    lines = []
+    logs = effects[effects["scale"] == "log"] if "scale" in effects else effects.iloc[0:0]
+    level = alpha / max(len(effects), 1)
+    bound = math.log1p(tolerance)
+    for r in logs.itertuples():
+        shift = min_detectable_shift(r.se_d, int(r.n_pairs), level)
+        if math.isfinite(shift) and shift <= bound:
+            continue
+        seen = f"x{math.exp(shift):.3f}" if math.isfinite(shift) else "nothing (no spread measured)"
+        need = repeats_needed(r.se_d, int(r.n_pairs), bound, level)
+        lines.append(
+            f"underpowered: cannot detect a regression of {tolerance:.0%} on {r.metric} with {int(r.n_pairs)} "
+            f"pairs (smallest detectable: {seen}); fix: repeats >= {need}"
+            if need
+            else f"underpowered: cannot detect a regression of {tolerance:.0%} on {r.metric} with {int(r.n_pairs)} "
+            f"pairs (smallest detectable: {seen}); more repeats, or a quieter machine"
+        )
+    return lines
+
+
 def compare_to_accepted(
-    accepted: pd.DataFrame, tonight: pd.DataFrame, *, alpha: float = 0.05, tolerance: float = 0.05
+    accepted: pd.DataFrame,
+    tonight: pd.DataFrame,
+    *,
+    alpha: float = 0.05,
+    tolerance: float = 0.05,
+    context: TrialContext = TrialContext(),  # noqa: B008 - frozen
 ) -> RegressionCheck:
     """Judge tonight's trials against the accepted ones (see the module docstring). Raises ValueError when
     fewer than two repeats on either side ran: there is no spread to judge noise by."""
@@ -109,7 +139,7 @@ def compare_to_accepted(
         acc_ok = acc_ok.sort_values("repeat").head(n_pairs).assign(repeat=range(n_pairs))
         ton_ok = ton_ok.sort_values("repeat").head(n_pairs).assign(repeat=range(n_pairs))
         both = pd.concat([acc_ok, ton_ok], ignore_index=True)
-        effects = compare_arms(both, ACCEPTED, TONIGHT, alpha=alpha, test="repeat_t")
+        effects = compare_arms(both, ACCEPTED, TONIGHT, alpha=alpha, test="repeat_t", context=context)
         bound = math.log1p(tolerance)
         effects["beyond_tolerance"] = effects["ratio"].map(
             lambda r: math.isfinite(r) and r > 0 and abs(math.log(r)) > bound
@@ -136,4 +166,5 @@ def compare_to_accepted(
         failed_share_accepted=share_acc,
         failed_share_tonight=share_ton,
         notes=notes,
+        underpowered=power_check(effects, alpha, tolerance) if len(effects) else [],
     )

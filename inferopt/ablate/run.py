@@ -45,6 +45,7 @@ import pandas as pd
 from inferopt.ablate.availability import start_failure_reason, unavailable_reason
 from inferopt.ablate.compare import (
     METRICS,
+    TrialContext,
     arm_verdict,
     compare_arms,
     interaction_reason,
@@ -128,6 +129,7 @@ def ablate(
     the system a trial starts (default: the arm's own), e.g. `fresh_fake_noise`."""
     out_dir = Path(out_dir)
     settings = candidate.ablation
+    context = TrialContext.of(candidate.workload, candidate.slo)  # failures censored, goodput's SLO
     arms = plan_arms(candidate)
     if settings.test == "two_level_bootstrap":
         check_bootstrap_resolution(settings, len(METRICS))
@@ -212,6 +214,10 @@ def ablate(
                 n_boot=settings.bootstrap_samples,
                 test=settings.test,
                 targets=candidate.target_metrics,
+                context=context,
+                harm_tolerance=settings.harm_tolerance,
+                harm_tolerance_abs=settings.harm_tolerance_abs,
+                tolerances=settings.harm_tolerances,
             )
             for a in comparable
         }

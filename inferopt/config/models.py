@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from inferopt.config.settings import (  # noqa: F401 - re-exported
+    METRIC_NAMES,
     AblationSettings,
     GateSettings,
     LintSettings,
@@ -208,6 +209,9 @@ class CandidateConfig(Frozen):
             raise ValueError("changes is empty: a candidate must change at least one baseline field")
         apply_changes(self.baseline, self.changes)  # raises with the offending path
         single_change_systems(self.baseline, self.changes)  # each change alone moves exactly one field
+        unknown = sorted(set(self.ablation.harm_tolerances) - set(METRIC_NAMES))
+        if unknown:
+            raise ValueError(f"ablation.harm_tolerances: unknown metric(s) {unknown}; fix: one of {list(METRIC_NAMES)}")
         for i, extra in enumerate(self.ablation.extra_arms):  # alternatives: also exactly one field each
             try:
                 single_change_systems(self.baseline, extra)

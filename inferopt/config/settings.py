@@ -19,6 +19,26 @@ from pydantic import (
 
 from inferopt.config.systems import Frozen
 
+# The ablation's metrics by name (their definitions: `inferopt.ablate.compare.ALL_METRICS`, which a test keeps
+# equal to this list): targets, harm tolerances and the nightly name them.
+METRIC_NAMES: tuple[str, ...] = (
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "tpot_ms_p95",
+    "e2e_ms_p99",
+    "output_tok_per_s",
+    "failure_rate",
+    "slo_attainment",
+    "goodput_req_per_s",
+    "peak_memory_bytes",
+    "weight_bytes",
+    "kv_peak_bytes",
+    "kv_bytes_per_token",
+    "peak_rss_bytes",
+    "cpu_time_s",
+)
+
 
 class MeasureSettings(Frozen):
     warmup_requests: int = Field(default=2, ge=0, description="sent before measuring, excluded and declared")
@@ -27,9 +47,10 @@ class MeasureSettings(Frozen):
 class AblationSettings(Frozen):
     """How an ablation runs and is judged (SPEC A1).
 
-    Fixed design (`max_repeats` unset): `repeats` trials per arm, one look at level `alpha`. The test per
-    metric is `test` (see `inferopt.ablate.compare`): target metrics first (Holm), the other metrics only
-    when every target moved (Holm) — family-wise error <= `alpha` over all metrics.
+    Fixed design (`max_repeats` unset): `repeats` trials per arm, one look at level `alpha`. Two families, each
+    with its own error control (`inferopt.ablate.compare`): benefit (the target metrics, two-sided, Holm) and
+    harm (every metric, one-sided against `harm_tolerance`, Holm): a regression beyond tolerance is tested and
+    fails the arm whether or not the targets moved.
     Sequential design (`max_repeats` set): a look after every repeat from `min_repeats` (default: `repeats`)
     to `max_repeats`; the run stops at the first look where every tested arm has every target metric
     significant, or at `max_repeats`. Peeking is paid for with Bonferroni over the planned looks: each look
@@ -46,6 +67,34 @@ class AblationSettings(Frozen):
         "two_level_bootstrap: resample repeats then requests (anti-conservative with few repeats)",
     )
     bootstrap_samples: PositiveInt = Field(default=2000, description="resamples for test: two_level_bootstrap")
+    harm_tolerance: float = Field(
+        default=0.05,
+        gt=0.0,
+        lt=1.0,
+        description="harm family: a metric worse than the baseline by more than this fraction (x1.05 for latency, "
+        "x0.95 for throughput) is a regression, tested one-sided whether or not the targets moved",
+    )
+    harm_tolerance_abs: float = Field(
+        default=0.01,
+        gt=0.0,
+        lt=1.0,
+        description="harm family, share metrics (failure rate, SLO attainment): worse by more than this absolute "
+        "share (0.01 = one percentage point) is a regression",
+    )
+    harm_tolerances: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-metric tolerances overriding the two above, e.g. {tpot_ms_p50: 0.5}: a change that trades "
+        "one metric for another (batching: TPOT for throughput) declares what it may cost (the SLOs still judge it)",
+    )
+
+    @field_validator("harm_tolerances")
+    @classmethod
+    def _tolerances_in_range(cls, value: dict[str, float]) -> dict[str, float]:
+        for metric, tol in value.items():
+            if not (isinstance(tol, (int, float)) and 0.0 < tol < 10.0):
+                raise ValueError(f"harm_tolerances.{metric} = {tol!r}; fix: a positive fraction, e.g. 0.5 for 50 %")
+        return value
+
     alpha: float = Field(
         default=0.05, gt=0.0, lt=0.5, description="family-wise error over metrics (Holm) and looks (Bonferroni)"
     )

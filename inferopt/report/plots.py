@@ -75,14 +75,19 @@ def roofline(
 
 
 def forest(effects: pd.DataFrame) -> plt.Figure:
-    """Ratio arm/baseline with its CI per metric; 1.0 = no change."""
+    """Ratio arm/baseline with its CI per metric; 1.0 = no change. Rows without a ratio (a share that is 0 in
+    the baseline: only its difference is defined) are left out."""
+    effects = effects[np.isfinite(effects["ratio"].astype(float))]
     fig, ax = plt.subplots(figsize=(6, 0.45 * max(3, len(effects)) + 1))
     y = np.arange(len(effects))
     colors = effects["direction"].map({"better": "tab:green", "worse": "tab:red"}).fillna("tab:grey")
     ax.errorbar(
         effects["ratio"],
         y,
-        xerr=[effects["ratio"] - effects["ratio_lo"], effects["ratio_hi"] - effects["ratio"]],
+        xerr=[
+            (effects["ratio"] - effects["ratio_lo"]).clip(lower=0).fillna(0),
+            (effects["ratio_hi"] - effects["ratio"]).clip(lower=0).fillna(0),
+        ],
         fmt="none",
         ecolor="grey",
     )

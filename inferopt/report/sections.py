@@ -205,7 +205,8 @@ def ablate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
         step,
         "effects",
         used,
-        caption="effects: arm vs baseline",
+        caption="effects: arm vs baseline (benefit: the targets; harm: every metric against its tolerance; "
+        "mde: the smallest change this run could detect)",
         columns=[
             "arm",
             "metric",
@@ -217,7 +218,10 @@ def ablate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
             "ratio_lo",
             "ratio_hi",
             "p_value",
-            "tested",
+            "tolerance",
+            "harm_p",
+            "harm",
+            "mde",
             "significant",
             "direction",
         ],

@@ -134,6 +134,10 @@ class Effect:
     n_b: int
     alpha: float = 0.05
     n_boot: int = 0
+    scale: str = "log"  # the test's scale: "log" (per-repeat log ratios) or "diff" (per-repeat differences)
+    mean_d: float = math.nan  # mean per-repeat log ratio (scale log) or difference (scale diff)
+    se_d: float = math.nan  # its standard error (repeat tests only; NaN for the bootstrap)
+    n_pairs: int = 0  # repeats with a value in both arms
 
     @property
     def significant(self) -> bool:
@@ -257,7 +261,81 @@ def paired_repeat_test(
         n_b,
         alpha,
         0,
+        "log",
+        mean,
+        _se(np.asarray(d)),
+        len(d),
     )
+
+
+def paired_repeat_diff_test(
+    a_trials: Sequence[Sequence[float] | np.ndarray],
+    b_trials: Sequence[Sequence[float] | np.ndarray],
+    stat_fn: StatFn,
+    alpha: float = 0.05,
+    metric: str | None = None,
+) -> Effect:
+    """`paired_repeat_test` on the difference scale: d_r = stat(b_r) - stat(a_r), a t-test over repeats. For
+    statistics that are often 0 (failure rate, goodput under overload), where a log ratio is undefined; the
+    ratio is descriptive (b / a, NaN when a is 0) and its CI is the diff's CI over a."""
+    name = metric or getattr(stat_fn, "__name__", "stat")
+    a = [_finite(t) for t in a_trials]
+    b = [_finite(t) for t in b_trials]
+    n_a, n_b = sum(t.size for t in a), sum(t.size for t in b)
+    # descriptive values: the mean of the per-trial statistics (the scale the differences are on)
+    a_val = float(np.mean([stat_fn(t) for t in a if t.size])) if any(t.size for t in a) else math.nan
+    b_val = float(np.mean([stat_fn(t) for t in b if t.size])) if any(t.size for t in b) else math.nan
+    d = np.array([float(stat_fn(y)) - float(stat_fn(x)) for x, y in zip(a, b, strict=False) if x.size and y.size])
+    ratio = b_val / a_val if a_val else math.nan
+    if d.size < 2:
+        return Effect(name, a_val, b_val, b_val - a_val, *(math.nan,) * 2, ratio, *(math.nan,) * 3, n_a, n_b, alpha)
+    lo, mean, hi, p = _t_interval(d, alpha)
+    r_lo, r_hi = ((a_val + lo) / a_val, (a_val + hi) / a_val) if a_val else (math.nan, math.nan)
+    return Effect(
+        name, a_val, b_val, mean, lo, hi, ratio, r_lo, r_hi, p, n_a, n_b, alpha, 0, "diff", mean, _se(d), int(d.size)
+    )
+
+
+def _se(d: np.ndarray) -> float:
+    return float(d.std(ddof=1)) / math.sqrt(d.size) if d.size >= 2 else math.nan
+
+
+def harm_p_value(effect: Effect, bound: float, worse_is_up: bool) -> float:
+    """One-sided p of "the arm is worse than `bound` or not at all" against "worse beyond it" (non-inferiority
+    margin as the null's edge), from a repeat test's mean and standard error on its own scale (`bound`: log(1 +
+    tolerance) for log-scale metrics that get worse upward; an absolute difference on the diff scale). NaN
+    without a repeat test (fewer than 2 pairs, or the bootstrap)."""
+    from scipy import stats as sps
+
+    if effect.n_pairs < 2 or not math.isfinite(effect.mean_d) or not math.isfinite(effect.se_d):
+        return math.nan
+    excess = (effect.mean_d - bound) if worse_is_up else (bound - effect.mean_d)
+    if effect.se_d < _EXACT_LOG:
+        return 0.0 if excess > _EXACT_LOG else 1.0
+    return float(sps.t.sf(excess / effect.se_d, effect.n_pairs - 1))
+
+
+def repeats_needed(se_d: float, n_pairs: int, shift: float, alpha: float, power: float = 0.8) -> int | None:
+    """Repeats at which `min_detectable_shift` falls to `shift`, at the spread the run measured (the per-pair
+    sd = se_d x sqrt(n_pairs)); None when no spread was measured or more than 1,000 would be needed."""
+    if n_pairs < 2 or not math.isfinite(se_d) or shift <= 0:
+        return None
+    sd = se_d * math.sqrt(n_pairs)
+    for n in range(2, 1001):
+        if min_detectable_shift(sd / math.sqrt(n), n, alpha, power) <= shift:
+            return n
+    return None
+
+
+def min_detectable_shift(se_d: float, n_pairs: int, alpha: float, power: float = 0.8) -> float:
+    """The smallest true mean shift (on the test's scale) a two-sided t-test at `alpha` over `n_pairs` repeats
+    detects with probability `power`, at the measured spread: (t_{1-alpha/2} + t_{power}) x se. NaN with < 2."""
+    from scipy import stats as sps
+
+    if n_pairs < 2 or not math.isfinite(se_d):
+        return math.nan
+    df = n_pairs - 1
+    return float((sps.t.ppf(1.0 - alpha / 2.0, df) + sps.t.ppf(power, df)) * se_d)
 
 
 _EXACT_LOG = 1e-12  # log ratios this small are float round-off, not a change (1e-12 relative: 1 byte per TB)

@@ -138,7 +138,10 @@ def test_aa_arm_reports_the_noise_floor(tmp_path: Path) -> None:
     from inferopt.ablate.compare import METRICS, RESOURCE_METRICS
 
     assert {m.name for m in METRICS} <= set(aa["metric"]) <= {m.name for m in METRICS + RESOURCE_METRICS}
-    assert aa["ratio_lo"].notna().all()
+    assert aa["diff_lo"].notna().all() and aa["mde"].notna().all() and aa["harm_p"].notna().all()
+    log_scale = aa[aa["scale"] == "log"]
+    assert log_scale["ratio_lo"].notna().all()  # a share that is 0 in the baseline has no ratio, only a difference
+    assert not aa["harm"].any()
     assert res.verdicts["aa"]["verdict"] == "no detectable change" and res.verdicts["aa"]["role"] == "aa"
     assert res.verdicts["candidate"]["verdict"] == "regresses"
 

@@ -98,3 +98,17 @@ def test_trial_config_loads_a_resolved_dump_without_the_sections_a_trial_does_no
     dump["validation"] = {"not": "a field of any version"}  # a run logged by another version
     back = trial_config(dump)
     assert back.candidate_system == cfg.candidate_system and back.workload == cfg.workload
+
+
+def test_the_nightly_says_when_it_cannot_see_a_regression_of_the_tolerance() -> None:
+    # two pairs: Holm over every metric at df = 1 can never reject, so "no regression" would mean nothing
+    few = compare_to_accepted(_trials(ACCEPTED, 1.0, 2, seed=1), _trials(TONIGHT, 1.0, 2, seed=2))
+    assert not few.regressed and few.underpowered
+    assert all(line.startswith("underpowered: cannot detect a regression of 5%") for line in few.underpowered)
+    # it says how many repeats would do, and that many do: TPOT's spread here needs ~13-14
+    some = compare_to_accepted(_trials(ACCEPTED, 1.0, 12, seed=1), _trials(TONIGHT, 1.0, 12, seed=2))
+    tpot = next(line for line in some.underpowered if " tpot_ms_p50 " in line)
+    need = int(tpot.rsplit("repeats >= ", 1)[1])
+    assert 12 < need <= 30
+    enough = compare_to_accepted(_trials(ACCEPTED, 1.0, 30, seed=1), _trials(TONIGHT, 1.0, 30, seed=2))
+    assert not any(" tpot_ms_p50 " in line for line in enough.underpowered)
