@@ -47,11 +47,11 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from prefect import flow  # noqa: E402
 
-from inferopt.ablate.compare import TrialContext  # noqa: E402
 from inferopt.ablate.dispatch import run_arm_trials, trial_config  # noqa: E402
 from inferopt.ablate.regression import ACCEPTED, compare_to_accepted, trials_from_ablation, trials_from_runs  # noqa: E402
 from inferopt.config import CandidateConfig  # noqa: E402
 from inferopt.measure.slices import headline  # noqa: E402
+from inferopt.measure.slo import RequestSLO  # noqa: E402
 from tasks.tracking import DEFAULT_EXPERIMENT, Tracker, tracking_uri  # noqa: E402
 
 ACCEPTED_TAG = "inferopt.accepted"
@@ -183,7 +183,7 @@ def nightly(
         for r in runs:
             if not r.failed:
                 tracker.metrics(headline(r.phases, r.duration_s), step=r.tags.trial)
-        context = TrialContext.of(cfg.workload, cfg.slo)  # failures censored at the deadline, goodput's SLO
+        context = RequestSLO.of(cfg.workload, cfg.slo)  # failures censored at the deadline, goodput's SLO
         check = compare_to_accepted(accepted, trials_from_runs(runs), alpha=alpha, tolerance=tolerance, context=context)
         if len(check.effects):
             tracker.table(check.effects, "effects.parquet")

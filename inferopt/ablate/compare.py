@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from inferopt.ablate.interaction import interaction_bootstrap, interaction_repeat_test
-from inferopt.config import SLOConfig, WorkloadConfig
+from inferopt.measure.slo import RequestSLO
 from inferopt.stats.inference import (
     Effect,
     RowStat,
@@ -50,30 +50,6 @@ class MetricSpec:
     additive: bool = False  # a sum of parts (bytes): changes compose by adding differences (interaction)
     scale: Literal["log", "diff"] = "log"  # the repeat test on log ratios, or on differences (often-zero metrics)
     tolerance: Literal["relative", "absolute"] = "relative"  # the harm bound: a fraction of the baseline, or a share
-
-
-@dataclass(frozen=True)
-class TrialContext:
-    """What per-request metrics need besides the phases: the deadline a failed request is censored at, and the
-    per-request SLO bounds goodput counts against (a request meets the SLO when it is ok, its TTFT within the
-    TTFT p99 bound, its TPOT within the TPOT p95 bound and its E2E within the E2E p99 bound when one is set)."""
-
-    deadline_ms: float = WorkloadConfig.model_fields["timeout_s"].default * 1000.0
-    ttft_ms: float = math.inf
-    tpot_ms: float = math.inf
-    e2e_ms: float = math.inf
-
-    @classmethod
-    def of(cls, workload: WorkloadConfig, slo: SLOConfig) -> TrialContext:
-        e2e = slo.e2e_p99_ms if slo.e2e_p99_ms is not None else math.inf
-        return cls(workload.timeout_s * 1000.0, slo.ttft_p99_ms, slo.tpot_p95_ms, e2e)
-
-    def meets_slo(self, phases: pd.DataFrame) -> np.ndarray:
-        """Per request: ok and within every per-request SLO bound (a one-token output has no TPOT to miss)."""
-        ok = (phases["outcome"] == "ok").to_numpy()
-        tpot = pd.to_numeric(phases["tpot_ms"], errors="coerce").fillna(0.0).to_numpy(float)
-        within = (phases["ttft_ms"].to_numpy(float) <= self.ttft_ms) & (tpot <= self.tpot_ms)
-        return ok & within & (phases["e2e_ms"].to_numpy(float) <= self.e2e_ms)
 
 
 def _q(values: np.ndarray, q: float) -> float:
@@ -136,7 +112,7 @@ def _trial_values(
     duration_s: float,
     spec: MetricSpec,
     resources: dict | None = None,
-    ctx: TrialContext = TrialContext(),  # noqa: B008 - frozen, so one shared default is safe
+    ctx: RequestSLO = RequestSLO(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> np.ndarray:
     """Per-request values of `spec` in one trial; every request counts (a failed one at the deadline)."""
     if spec.trial_key is not None:
@@ -162,7 +138,7 @@ def arm_trial_values(
     trials: pd.DataFrame,
     arm: str,
     spec: MetricSpec,
-    ctx: TrialContext = TrialContext(),  # noqa: B008 - frozen
+    ctx: RequestSLO = RequestSLO(),  # noqa: B008 - frozen
 ) -> list[np.ndarray]:
     """Per-request values of `spec` for each trial of `arm`, in repeat order (a per-trial scalar: one value,
     from the trials' `resources` column; none when the frame has no such column)."""
@@ -211,7 +187,7 @@ def compare_arms(
     test: str = "repeat_t",
     targets: tuple[str, ...] = (),
     metrics: tuple[MetricSpec, ...] = ALL_METRICS,
-    context: TrialContext = TrialContext(),  # noqa: B008 - frozen
+    context: RequestSLO = RequestSLO(),  # noqa: B008 - frozen
     harm_tolerance: float = 0.05,
     harm_tolerance_abs: float = 0.01,
     tolerances: Mapping[str, float] | None = None,

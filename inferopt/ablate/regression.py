@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from inferopt.ablate.compare import TrialContext, compare_arms
+from inferopt.ablate.compare import compare_arms
 from inferopt.measure.session import MeasuredRun
+from inferopt.measure.slo import RequestSLO
 from inferopt.stats.inference import min_detectable_shift, repeats_needed
 
 ACCEPTED = "accepted"
@@ -115,7 +116,7 @@ def compare_to_accepted(
     *,
     alpha: float = 0.05,
     tolerance: float = 0.05,
-    context: TrialContext = TrialContext(),  # noqa: B008 - frozen
+    context: RequestSLO = RequestSLO(),  # noqa: B008 - frozen
 ) -> RegressionCheck:
     """Judge tonight's trials against the accepted ones (see the module docstring). Raises ValueError when
     fewer than two repeats on either side ran: there is no spread to judge noise by."""

@@ -45,7 +45,6 @@ import pandas as pd
 from inferopt.ablate.availability import start_failure_reason, unavailable_reason
 from inferopt.ablate.compare import (
     METRICS,
-    TrialContext,
     arm_verdict,
     compare_arms,
     interaction_reason,
@@ -67,6 +66,7 @@ from inferopt.config import CandidateConfig, FakeSystem, HFSystem
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
+from inferopt.measure.slo import RequestSLO
 from inferopt.workload.build import build_workload
 
 SystemForTrial = Callable[[Arm, Trial], "HFSystem | FakeSystem"]
@@ -129,7 +129,7 @@ def ablate(
     the system a trial starts (default: the arm's own), e.g. `fresh_fake_noise`."""
     out_dir = Path(out_dir)
     settings = candidate.ablation
-    context = TrialContext.of(candidate.workload, candidate.slo)  # failures censored, goodput's SLO
+    context = RequestSLO.of(candidate.workload, candidate.slo)  # failures censored, goodput's SLO
     arms = plan_arms(candidate)
     if settings.test == "two_level_bootstrap":
         check_bootstrap_resolution(settings, len(METRICS))

@@ -8,11 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferopt.ablate.compare import ALL_METRICS, TrialContext, arm_verdict, compare_arms
+from inferopt.ablate.compare import ALL_METRICS, arm_verdict, compare_arms
 from inferopt.config.settings import METRIC_NAMES
+from inferopt.measure.slo import RequestSLO
 from inferopt.stats.inference import min_detectable_shift
 
-CTX = TrialContext(deadline_ms=2000.0, ttft_ms=500.0, tpot_ms=50.0)
+CTX = RequestSLO(deadline_ms=2000.0, ttft_ms=500.0, tpot_ms=50.0)
 
 
 def _phases(rng: np.random.Generator, n: int, ttft_scale: float = 1.0, tpot_scale: float = 1.0) -> pd.DataFrame:
@@ -109,3 +110,19 @@ def test_minimum_detectable_effect_grows_with_noise_and_shrinks_with_repeats() -
     # (t_{0.975,4} + t_{0.8,4}) x se = (2.776 + 0.941) x 0.01
     assert min_detectable_shift(0.01, 5, 0.05) == pytest.approx(0.03717, abs=1e-4)
     assert np.isnan(min_detectable_shift(0.01, 1, 0.05))
+
+
+def test_slo_attainment_and_goodput_count_failures_in_the_denominator() -> None:
+    p = pd.DataFrame(
+        {
+            "outcome": ["ok", "ok", "ok", "timeout"],
+            "ttft_ms": [100.0, 600.0, 100.0, np.nan],
+            "tpot_ms": [10.0, 10.0, 80.0, np.nan],
+            "e2e_ms": [400.0, 900.0, 2000.0, np.nan],
+            "output_len": [30, 30, 30, 0],
+        }
+    )
+    att = CTX.attainment(p, duration_s=2.0)
+    assert att["slo_ttft_share"] == pytest.approx(0.5) and att["slo_tpot_share"] == pytest.approx(0.5)
+    assert att["slo_attainment"] == pytest.approx(0.25)  # one of four met every bound; the timeout met none
+    assert att["goodput_req_per_s"] == pytest.approx(0.5) and att["goodput_tok_per_s"] == pytest.approx(15.0)
