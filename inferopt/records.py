@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
+import numpy as np
 import pandas as pd
 
 Outcome = Literal["ok", "timeout", "rejected", "error"]
@@ -204,6 +205,7 @@ def records_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
         d["client_last_token_s"] = r.client_token_s[-1] if r.client_token_s else None
         d["n_client_tokens"] = len(r.client_token_s)
         d["n_client_chunks"] = len(r.client_chunk_s)
+        d.update(itl_stats_ms(r.client_token_s, r.client_chunk_tokens))
         d["spec_rounds"] = len(r.spec_accepted)
         d["spec_accepted_tokens"] = sum(r.spec_accepted)
         rows.append(d)
@@ -214,10 +216,46 @@ def records_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
         "client_last_token_s",
         "n_client_tokens",
         "n_client_chunks",
+        *ITL_COLUMNS,
         "spec_rounds",
         "spec_accepted_tokens",
     ]
     return pd.DataFrame(rows, columns=columns)
+
+
+ITL_COLUMNS = ("itl_ms_p50", "itl_ms_p95", "itl_ms_p99", "itl_ms_max", "max_chunk_tokens")
+
+
+def itl_stats_ms(client_token_s: list[float], chunk_tokens: list[int]) -> dict[str, float]:
+    """One request's inter-token latency distribution as the client saw it (gaps between received tokens,
+    ms: p50/p95/p99/max) and its burstiness (the most tokens that arrived in one chunk). Tokens of one chunk
+    share a receive time, so a burst shows as zero gaps followed by one long one."""
+    gaps = np.diff(np.asarray(client_token_s, dtype=float)) * 1000.0 if len(client_token_s) > 1 else np.array([])
+    out = {c: float("nan") for c in ITL_COLUMNS}
+    if gaps.size:
+        p50, p95, p99 = np.quantile(gaps, [0.5, 0.95, 0.99])
+        out.update(itl_ms_p50=float(p50), itl_ms_p95=float(p95), itl_ms_p99=float(p99), itl_ms_max=float(gaps.max()))
+    out["max_chunk_tokens"] = float(max(chunk_tokens)) if chunk_tokens else (1.0 if client_token_s else float("nan"))
+    return out
+
+
+def pooled_itl_ms(records: Iterable[RequestRecord]) -> dict[str, float]:
+    """The run's ITL distribution: every gap between consecutive tokens of every ok, non-warm-up request."""
+    gaps = [
+        np.diff(np.asarray(r.client_token_s, dtype=float)) * 1000.0
+        for r in records
+        if r.outcome == "ok" and not r.warmup and len(r.client_token_s) > 1
+    ]
+    allg = np.concatenate(gaps) if gaps else np.array([])
+    if not allg.size:
+        return {}
+    p50, p95, p99 = np.quantile(allg, [0.5, 0.95, 0.99])
+    return {
+        "itl_ms_p50": float(p50),
+        "itl_ms_p95": float(p95),
+        "itl_ms_p99": float(p99),
+        "itl_ms_max": float(allg.max()),
+    }
 
 
 def tokens_to_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:

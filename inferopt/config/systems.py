@@ -209,6 +209,10 @@ class FakeSystem(Frozen):
     cached_prefix_fraction: float = Field(
         default=0.0, ge=0.0, le=1.0, description="share of prefix-group requests whose prefix counts as cached"
     )
+    transport_delay_ms: NonNegativeFloat = Field(
+        default=0.0,
+        description="each token reaches the client this long after the engine stamped it (planted transport)",
+    )
     vocab_size: PositiveInt = 288
     eos_token_id: int = 2
     seed: int = 0

@@ -106,6 +106,15 @@ class FakeEngine:
 
     # ------------------------------------------------------------------ consumer side
 
+    async def _transport(self, event: TokenEvent) -> None:
+        """`transport_delay_ms`: the event reaches the client this long after the engine stamped it (a slow
+        network or proxy between engine and client, planted so a decomposition check has something to find)."""
+        delay_s = self.system.transport_delay_ms / 1000.0
+        if delay_s > 0 and event.server_s is not None:
+            wait_s = event.server_s + delay_s - now_s()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+
     async def stream(self, request: GenRequest) -> AsyncIterator[TokenEvent | FinishEvent]:
         arrival_s = now_s()
         if self._task is None:
@@ -131,6 +140,7 @@ class FakeEngine:
                     finished = True
                     yield event
                     return
+                await self._transport(event)
                 yield event
         finally:
             if not finished:

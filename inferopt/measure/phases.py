@@ -23,7 +23,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from inferopt.records import RequestRecord, records_to_frame
+from inferopt.records import ITL_COLUMNS, RequestRecord, records_to_frame
 
 PHASE_COLUMNS = (
     "send_lag_ms",
@@ -107,6 +107,8 @@ def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame
     out["e2e_residual_ms"] = out["e2e_ms"] - (out["ttft_ms"] + tpot_term + out["external_ms"])
     out["concurrency"] = concurrency_at_arrival(df["intended_s"].to_numpy(float), df["client_done_s"].to_numpy(float))
     out["cache_hit"] = pd.to_numeric(out["cached_tokens"]).fillna(0) > 0
+    for col in ITL_COLUMNS:  # the request's inter-token gaps (client side) and its largest burst
+        out[col] = pd.to_numeric(df[col]) if col in df else np.nan
     return out.reset_index(drop=True)
 
 
@@ -147,3 +149,30 @@ def decomposition_check(
         adds_up &= bool(median_abs <= max(abs_tol_ms, rel_tol * float(size.median())) and share >= min_share)
     out["adds_up"] = bool(adds_up)
     return out
+
+
+def littles_law(records: Iterable[RequestRecord], rel_tol: float = 0.10) -> dict[str, float | bool]:
+    """Little's law on a run (L = lambda x W): the time-average number of requests in flight over the arrival
+    window (each request from its intended send to its end, clipped to the window) against the arrival rate
+    times the mean time in system of the requests that arrived in it. A request with no end (lost, never
+    answered) counts as in flight until the window closes. `holds` when they agree within `rel_tol`; edge
+    effects (requests still in flight when arrivals stop) make L a little smaller on short runs."""
+    recs = [r for r in records if not r.warmup]
+    if len(recs) < 2:
+        return {}
+    start = np.array([r.intended_s for r in recs], dtype=float)
+    end = np.array([r.client_done_s if r.client_done_s is not None else np.nan for r in recs], dtype=float)
+    t0, t1 = float(start.min()), float(start.max())
+    if t1 <= t0:
+        return {}
+    end = np.where(np.isnan(end), t1, end)
+    in_flight_s = np.clip(np.minimum(end, t1) - start, 0.0, None).sum()
+    mean_l = float(in_flight_s / (t1 - t0))
+    lam_w = float(len(recs) / (t1 - t0) * np.mean(end - start))
+    ratio = mean_l / lam_w if lam_w > 0 else float("nan")
+    return {
+        "littles_L": mean_l,
+        "littles_lambda_W": lam_w,
+        "littles_ratio": ratio,
+        "littles_holds": bool(abs(ratio - 1.0) <= rel_tol),
+    }

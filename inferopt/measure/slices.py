@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from inferopt.measure.slo import RequestSLO
+
 SLICE_DIMS = ("input_bucket", "output_bucket", "concurrency_bucket", "cache_hit")
-LATENCY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms", "decode_ms")
+LATENCY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms", "decode_ms", "itl_ms_p99", "itl_ms_max")
 QUANTILES = (0.5, 0.95, 0.99)
 
 
@@ -40,7 +42,9 @@ def _bucket(values: pd.Series, edges: tuple[float, ...], names: tuple[str, ...] 
     bins = [-np.inf, *edges, np.inf]
     if names is None or len(names) != len(bins) - 1:
         labels = (
-            [f"<={edges[0]:g}"] + [f"({a:g},{b:g}]" for a, b in zip(edges, edges[1:], strict=False)] + [f">{edges[-1]:g}"]
+            [f"<={edges[0]:g}"]
+            + [f"({a:g},{b:g}]" for a, b in zip(edges, edges[1:], strict=False)]
+            + [f">{edges[-1]:g}"]
             if edges
             else ["all"]
         )
@@ -66,17 +70,21 @@ def summarize(
     group: tuple[str, ...] = ("arm",),
     metrics: tuple[str, ...] = LATENCY_METRICS,
     slice_dims: tuple[str, ...] = SLICE_DIMS,
+    slo: RequestSLO | None = None,
+    duration_s: float | None = None,
 ) -> pd.DataFrame:
     """Long table: group cols…, slice_dim, slice_value, metric, stat, value, unit.
 
     slice_dim 'all' is the whole run; latency stats are over ok requests only; counts and rates of every
-    outcome are over all requests (failures are in the denominator).
+    outcome are over all requests (failures are in the denominator). With `slo` and `duration_s`: per view
+    the share meeting each SLO bound and all of them, and goodput (req/s, tok/s), also per tenant.
     """
     rows: list[dict] = []
     group = tuple(g for g in group if g in phases.columns)
+    dims = (*slice_dims, "tenant") if slo is not None else slice_dims
     views = [("all", "all", phases)] + [
         (dim, str(value), sub)
-        for dim in slice_dims
+        for dim in dims
         if dim in phases.columns
         for value, sub in phases.groupby(dim, observed=True)
     ]
@@ -86,6 +94,8 @@ def summarize(
             base = dict(zip(group, keys, strict=False), slice_dim=dim, slice_value=value)
             ok = sub[sub["outcome"] == "ok"]
             rows.append({**base, "metric": "requests", "stat": "count", "value": float(len(sub)), "unit": "req"})
+            if slo is not None and duration_s is not None:
+                rows += _slo_rows(base, slo.attainment(sub, duration_s))
             for outcome in ("ok", "timeout", "rejected", "error"):
                 rate = float((sub["outcome"] == outcome).mean()) if len(sub) else float("nan")
                 rows.append({**base, "metric": f"{outcome}_rate", "stat": "mean", "value": rate, "unit": "fraction"})
@@ -113,6 +123,14 @@ def summarize(
     return pd.DataFrame(rows, columns=[*group, "slice_dim", "slice_value", "metric", "stat", "value", "unit"])
 
 
+def _slo_rows(base: dict, attainment: dict[str, float]) -> list[dict]:
+    units = {"goodput_req_per_s": "req/s", "goodput_tok_per_s": "tok/s"}
+    return [
+        {**base, "metric": k, "stat": "rate" if k in units else "mean", "value": v, "unit": units.get(k, "fraction")}
+        for k, v in attainment.items()
+    ]
+
+
 def throughput(phases: pd.DataFrame, duration_s: float) -> dict[str, float]:
     """Run-level rates over the measured window: output tokens/s and successful requests/s."""
     ok = phases[phases["outcome"] == "ok"]
@@ -124,8 +142,9 @@ def throughput(phases: pd.DataFrame, duration_s: float) -> dict[str, float]:
     }
 
 
-def headline(phases: pd.DataFrame, duration_s: float) -> dict[str, float]:
-    """The flat per-run metrics logged to MLflow: p50/p95/p99 of the user-facing latencies, rates, throughput."""
+def headline(phases: pd.DataFrame, duration_s: float, slo: RequestSLO | None = None) -> dict[str, float]:
+    """The flat per-run metrics logged to MLflow: p50/p95/p99 of the user-facing latencies, rates, throughput;
+    with `slo`, the share meeting each SLO bound and all of them and goodput (failures in the denominator)."""
     ok = phases[phases["outcome"] == "ok"]
     out: dict[str, float] = {"requests": float(len(phases))}
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms"):
@@ -135,4 +154,6 @@ def headline(phases: pd.DataFrame, duration_s: float) -> dict[str, float]:
     for outcome in ("ok", "timeout", "rejected", "error"):
         out[f"{outcome}_rate"] = float((phases["outcome"] == outcome).mean()) if len(phases) else float("nan")
     out.update(throughput(phases, duration_s))
+    if slo is not None:
+        out.update(slo.attainment(phases, duration_s))
     return out

@@ -34,6 +34,12 @@ class RequestSLO:
         e2e = slo.e2e_p99_ms if slo.e2e_p99_ms is not None else math.inf
         return cls(workload.timeout_s * 1000.0, slo.ttft_p99_ms, slo.tpot_p95_ms, e2e)
 
+    @classmethod
+    def from_slo(cls, slo: SLOConfig) -> RequestSLO:
+        """The bounds alone (goodput, attainment), with the default deadline."""
+        e2e = slo.e2e_p99_ms if slo.e2e_p99_ms is not None else math.inf
+        return cls(ttft_ms=slo.ttft_p99_ms, tpot_ms=slo.tpot_p95_ms, e2e_ms=e2e)
+
     def meets_slo(self, phases: pd.DataFrame) -> np.ndarray:
         """Per request: ok and within every per-request SLO bound (a one-token output has no TPOT to miss)."""
         ok = (phases["outcome"] == "ok").to_numpy()

@@ -11,11 +11,13 @@ from pathlib import Path
 import pandas as pd
 
 from inferopt.config import CandidateConfig
-from inferopt.measure.phases import decomposition_check
+from inferopt.measure.phases import decomposition_check, littles_law
 from inferopt.measure.resources import process_usage, usage_delta
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import SliceEdges, add_slices, edges_from_workload, headline, summarize
+from inferopt.measure.slo import RequestSLO
+from inferopt.records import pooled_itl_ms
 from inferopt.workload.build import build_workload
 
 
@@ -48,13 +50,14 @@ def measure(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "") 
     if run.failed:
         raise RuntimeError(f"measure: the baseline could not be measured: {run.error}")
     phases = add_slices(run.phases, edges)
+    slo = RequestSLO.of(candidate.workload, candidate.slo)
     return MeasureResult(
         run=run,
         workload=table,
         edges=edges,
         phases=phases,
-        summary=summarize(phases, group=("arm",)),
-        headline=headline(phases, run.duration_s),
-        decomposition=decomposition_check(phases),
+        summary=summarize(phases, group=("arm",), slo=slo, duration_s=run.duration_s),
+        headline=headline(phases, run.duration_s, slo) | pooled_itl_ms(run.records),
+        decomposition=decomposition_check(phases) | littles_law(run.records),
         resources=resources,
     )

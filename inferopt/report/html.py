@@ -126,7 +126,11 @@ def _glance(run: RunData) -> str:
                 "step": "measure",
                 "outcome": f"TTFT p99 {head.get('ttft_ms_p99', float('nan')):.4g} ms, "
                 f"TPOT p95 {head.get('tpot_ms_p95', float('nan')):.4g} ms, "
-                f"{head.get('output_tok_per_s', float('nan')):.4g} tok/s, ok rate {head.get('ok_rate', float('nan')):.3g}",
+                f"ITL p99 {head.get('itl_ms_p99', float('nan')):.4g} ms, "
+                f"{head.get('output_tok_per_s', float('nan')):.4g} tok/s, "
+                f"ok rate {head.get('ok_rate', float('nan')):.3g}, "
+                f"SLO attainment {head.get('slo_attainment', float('nan')):.3g}, "
+                f"goodput {head.get('goodput_req_per_s', float('nan')):.3g} req/s",
             }
         )
     loc = ev.get("locate", {})

@@ -35,7 +35,7 @@ class Part:
 
 
 Builder = Callable[[StepData, RunData], tuple[list[Part], set[str]]]
-SLICE_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms", "decode_ms")
+SLICE_METRICS = ("ttft_ms", "tpot_ms", "itl_ms_p99", "e2e_ms", "queue_ms", "prefill_ms", "decode_ms")
 
 
 def _status_line(label: str, status: Any, reasons: list[str] | None = None) -> str:
@@ -70,14 +70,21 @@ def slice_distribution(summary: pd.DataFrame) -> pd.DataFrame:
     each latency metric present."""
     if summary is None or summary.empty or not {"slice_dim", "slice_value", "metric", "stat", "value"} <= set(summary):
         return pd.DataFrame()
-    s = summary[summary["stat"].isin(["p50", "p95", "p99", "count"]) | (summary["metric"] == "ok_rate")]
+    keep = summary["metric"].isin(["ok_rate", "slo_attainment", "goodput_req_per_s"])
+    s = summary[summary["stat"].isin(["p50", "p95", "p99", "count"]) | keep]
     s = s.assign(col=s["metric"].str.removesuffix("_ms") + " " + s["stat"])
     wide = s.pivot_table(index=["slice_dim", "slice_value"], columns="col", values="value", aggfunc="first", sort=False)
-    order = ["requests count", "ok_rate mean"] + [
+    order = ["requests count", "ok_rate mean", "slo_attainment mean", "goodput_req_per_s rate"] + [
         f"{m.removesuffix('_ms')} {q}" for m in SLICE_METRICS for q in ("p50", "p95", "p99")
     ]
     cols = [c for c in order if c in wide.columns] + [c for c in wide.columns if c not in order]
-    out = wide[cols].reset_index().rename(columns={"requests count": "n", "ok_rate mean": "ok rate"})
+    names = {
+        "requests count": "n",
+        "ok_rate mean": "ok rate",
+        "slo_attainment mean": "SLO attainment",
+        "goodput_req_per_s rate": "goodput req/s",
+    }
+    out = wide[cols].reset_index().rename(columns=names)
     dims = list(dict.fromkeys(out["slice_dim"]))
     key = out.apply(lambda r: (dims.index(r["slice_dim"]), figures.slice_sort_key(r["slice_value"])), axis=1)
     return out.loc[sorted(out.index, key=lambda i: key[i])].reset_index(drop=True)
@@ -100,6 +107,19 @@ def measure(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
                         f"E2E within tolerance: {dec.get('e2e_share_within_tol')}, residual p99 "
                         f"{dec.get('ttft_residual_ms_p99', float('nan')):.3g} ms (tolerance "
                         f"{dec.get('abs_tol_ms')} ms or {dec.get('rel_tol')})"
+                    ],
+                )
+            )
+        )
+    if dec and "littles_ratio" in dec:
+        parts.append(
+            Part.text(
+                _status_line(
+                    "Little's law: mean in flight = arrival rate x mean time in system",
+                    "pass" if dec.get("littles_holds") else "fail",
+                    [
+                        f"L {dec.get('littles_L', float('nan')):.3g} vs lambda x W "
+                        f"{dec.get('littles_lambda_W', float('nan')):.3g} (ratio {dec.get('littles_ratio', 0):.3f})"
                     ],
                 )
             )

@@ -48,6 +48,7 @@ from inferopt.config import (
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
+from inferopt.measure.slo import RequestSLO
 from inferopt.records import now_s, read_records
 from inferopt.validate.failover import failover_summary, segment_table
 from inferopt.validate.judge import (
@@ -313,7 +314,7 @@ def _judge(
     access: pd.DataFrame,
     made: list[Any],
 ) -> ScenarioResult:
-    metrics = headline(run.phases, run.duration_s)
+    metrics = headline(run.phases, run.duration_s, RequestSLO.from_slo(slo))  # + SLO attainment and goodput
     result = ScenarioResult(sc, run, metrics=metrics)
     reasons: list[str] = []
     result.reasons = reasons

@@ -34,6 +34,7 @@ from inferopt.config.settings import FairnessSettings
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import run_system
 from inferopt.measure.slices import headline
+from inferopt.measure.slo import RequestSLO
 from inferopt.validate.judge import (
     ScenarioResult,
     add_attempts,
@@ -154,7 +155,7 @@ def _run_plain(
     )
     if run.failed:
         return ScenarioResult(sc, run, passed=False, reasons=[f"run failed: {(run.error or '').splitlines()[0]}"])
-    metrics = headline(run.phases, run.duration_s)
+    metrics = headline(run.phases, run.duration_s, RequestSLO.from_slo(slo))  # + SLO attainment and goodput
     passed, reasons = check_slo(metrics, slo)
     result = ScenarioResult(sc, run, metrics=metrics, passed=passed, reasons=reasons)
     add_attempts(result, made)
@@ -171,6 +172,8 @@ def scenario_table(results: list[ScenarioResult]) -> pd.DataFrame:
                 "kind": r.scenario.kind,
                 "requests": m.get("requests"),
                 "output_tok_per_s": m.get("output_tok_per_s"),
+                "goodput_req_per_s": m.get("goodput_req_per_s"),
+                "slo_attainment": m.get("slo_attainment"),
                 "ttft_ms_p50": m.get("ttft_ms_p50"),
                 "ttft_ms_p95": m.get("ttft_ms_p95"),
                 "ttft_ms_p99": m.get("ttft_ms_p99"),
