@@ -157,3 +157,20 @@ def headline(phases: pd.DataFrame, duration_s: float, slo: RequestSLO | None = N
     if slo is not None:
         out.update(slo.attainment(phases, duration_s))
     return out
+
+
+def cache_hits(phases: pd.DataFrame, server_metrics: dict[str, float] | None) -> dict[str, float]:
+    """The prefix cache seen two ways: the engine's own counters over the run (prompt tokens hit / queried,
+    vLLM's `prefix_cache_hits_total` / `prefix_cache_queries_total` deltas) and our per-request records (the
+    share of ok requests' prompt tokens served from cache, and of requests with any). Empty when neither has it."""
+    out: dict[str, float] = {}
+    sm = server_metrics or {}
+    hits, queries = sm.get("prefix_cache_hits_total"), sm.get("prefix_cache_queries_total")
+    if hits is not None and queries:
+        out["engine_cache_hit_rate"] = float(hits) / float(queries)
+    ok = phases[phases["outcome"] == "ok"]
+    if "cached_tokens" in ok and len(ok):
+        cached = pd.to_numeric(ok["cached_tokens"]).fillna(0)
+        out["cached_token_share"] = float(cached.sum()) / max(float(ok["input_len"].sum()), 1.0)
+        out["cache_hit_request_share"] = float((cached > 0).mean())
+    return out

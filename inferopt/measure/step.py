@@ -15,7 +15,7 @@ from inferopt.measure.phases import decomposition_check, littles_law
 from inferopt.measure.resources import process_usage, usage_delta
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
-from inferopt.measure.slices import SliceEdges, add_slices, edges_from_workload, headline, summarize
+from inferopt.measure.slices import SliceEdges, add_slices, cache_hits, edges_from_workload, headline, summarize
 from inferopt.measure.slo import RequestSLO
 from inferopt.records import pooled_itl_ms
 from inferopt.workload.build import build_workload
@@ -57,7 +57,9 @@ def measure(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "") 
         edges=edges,
         phases=phases,
         summary=summarize(phases, group=("arm",), slo=slo, duration_s=run.duration_s),
-        headline=headline(phases, run.duration_s, slo) | pooled_itl_ms(run.records),
+        headline=headline(phases, run.duration_s, slo)
+        | pooled_itl_ms(run.records)
+        | cache_hits(phases, run.server_metrics),
         decomposition=decomposition_check(phases) | littles_law(run.records),
         resources=resources,
     )

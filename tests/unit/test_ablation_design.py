@@ -219,7 +219,10 @@ def test_statically_unavailable_arm_never_starts(tmp_path: Path, monkeypatch: py
 def test_interaction_flagged_when_gains_do_not_multiply(tmp_path: Path) -> None:
     # TPOT = decode_step_ms + decode_ms_per_seq x live: each change alone cuts one term (x0.6 or so), both
     # together cut both — an additive model in ms, so the combined ratio is far below the product of the two
-    cand = _fast({"decode_step_ms": 0.3, "decode_ms_per_seq": 0.05}, ["tpot_ms_p50"], base={"decode_ms_per_seq": 0.5})
+    # 5 repeats: with 3, the single arms' p-values sit at 0.02-0.05 on a loaded box (asyncio sleeps overshoot)
+    cand = _fast(
+        {"decode_step_ms": 0.3, "decode_ms_per_seq": 0.05}, ["tpot_ms_p50"], base={"decode_ms_per_seq": 0.5}, repeats=5
+    )
     res = ablate(cand, tmp_path, system_for_trial=fresh_fake_noise)
     assert res.verdicts["decode_step_ms"]["verdict"] == res.verdicts["decode_ms_per_seq"]["verdict"] == "improves"
     row = res.interactions.set_index("metric").loc["tpot_ms_p50"]

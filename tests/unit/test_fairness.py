@@ -53,18 +53,19 @@ def test_everybody_waiting_too_long_is_overload_not_starvation() -> None:
 WORKLOAD = WorkloadConfig(
     name="prio",
     seed=3,
-    num_requests=150,
-    arrival=PoissonArrivals(rate_per_s=65.0),
+    num_requests=120,
+    arrival=PoissonArrivals(rate_per_s=36.0),
     lengths=LengthConfig(input_median=16, output_median=8, output_sigma=0, output_min=8, output_max=8),
-    tenants=(TenantConfig(name="a", weight=3), TenantConfig(name="b", weight=1, priority=1)),
+    tenants=(TenantConfig(name="a", weight=1), TenantConfig(name="b", weight=1, priority=1)),
     timeout_s=30,
 )
 SLO = SLOConfig(ttft_p99_ms=150, tpot_p95_ms=20)
 
 
 def _burst(order: str, tmp_path: Path):
+    """~24 req/s of capacity (batches of 2, 8 steps of 10 ms): tenant a alone (18 req/s) fits, a + b (36) do not."""
     system = FakeSystem(
-        decode_step_ms=2.0, batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=0, priority_order=order)
+        decode_step_ms=10.0, batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=0, priority_order=order)
     )
     (res,) = validate(system, WORKLOAD, (ScenarioConfig(name="burst", kind="burst"),), SLO, tmp_path / order)
     return res

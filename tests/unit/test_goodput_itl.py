@@ -98,3 +98,19 @@ def test_littles_law_holds_on_a_steady_run_and_counts_unanswered_requests() -> N
         RequestRecord(request_id=f"x{i}", outcome="timeout", intended_s=s) for i, s in enumerate(starts[200:])
     ]
     assert littles_law(lost)["littles_L"] > law["littles_L"]  # never answered: in flight until the window closes
+
+
+def test_cache_hits_from_the_engine_counters_beside_our_records() -> None:
+    import pandas as pd
+
+    from inferopt.measure.slices import cache_hits
+
+    phases = pd.DataFrame(
+        {"outcome": ["ok", "ok", "ok", "error"], "input_len": [300, 300, 100, 50], "cached_tokens": [256, 0, 0, 0]}
+    )
+    rep = cache_hits(phases, {"prefix_cache_hits_total": 512.0, "prefix_cache_queries_total": 2048.0})
+    assert rep["engine_cache_hit_rate"] == pytest.approx(0.25)
+    assert rep["cached_token_share"] == pytest.approx(256 / 700) and rep["cache_hit_request_share"] == pytest.approx(
+        1 / 3
+    )
+    assert "engine_cache_hit_rate" not in cache_hits(phases, {})  # an engine without the counters: ours only
