@@ -7,8 +7,8 @@ error text, so the caller can mark that arm failed and carry on. The run says wh
 the load) and the exception's class names (`error_type`), so a caller can tell "cannot run here" from a crash.
 
 The phase join happens here, between the replay and the engine stop: an engine with per-request server
-timings that arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's OpenTelemetry spans) is
-asked for them, the records get their server fields (`inferopt.measure.join`), and the records file is
+timings that arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's OpenTelemetry spans; None:
+it has none) is asked for them, the records get their server fields (`inferopt.measure.join`), and the records file is
 rewritten atomically with the joined records (the streamed JSONL keeps the client-side records if the run
 dies first). An engine with only Prometheus histograms gets an aggregate join instead (`MeasuredRun.
 aggregate_join`: per-run server means beside client means, labelled as such). `MeasuredRun.join` says
@@ -87,9 +87,7 @@ def vocab_size_of(system: AnySystem) -> int:
 
 async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
     """Per-request server timings from an engine that reports them after the stream; records replaced
-    in `result` (warm-ups too). Returns the join's summary."""
-    if not hasattr(engine, "server_timings"):
-        return {"kind": "none"}
+    in `result` (warm-ups too). Returns the join's summary (kind "none": the engine has no such timings)."""
     offset_before = result.engine_info.get("_clock_offset_s")
     records = result.warmup_records + result.records
     ids = [r.request_id for r in records if r.outcome == "ok"]
@@ -97,6 +95,8 @@ async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
         timings = await engine.server_timings(ids)
     except Exception as exc:  # noqa: BLE001 - a failed join leaves the client-side records, says why
         return {"kind": "per_request", "error": f"{type(exc).__name__}: {exc}", "n_ok": len(ids), "n_joined": 0}
+    if timings is None:
+        return {"kind": "none"}
     joined = join_server_timings(records, timings)
     nw = len(result.warmup_records)
     result.warmup_records, result.records = joined[:nw], joined[nw:]

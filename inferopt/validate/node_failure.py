@@ -193,10 +193,9 @@ class KillSwitch:
             self._handle = asyncio.get_running_loop().call_later(self.at_s, self._fire)
 
     def fire(self, request: Any) -> Any:
-        """The load runner's send-now entry (delegated to the inner engine's `fire` when it has one)."""
+        """The load runner's send-now entry, delegated to the inner engine's `fire`."""
         self._arm(request)
-        fire = getattr(self.inner, "fire", None)
-        return fire(request) if fire is not None else self.inner.stream(request)
+        return self.inner.fire(request)
 
     def stream(self, request: Any) -> Any:
         self._arm(request)

@@ -30,7 +30,7 @@ from inferopt.config import (
     WorkloadConfig,
 )
 from inferopt.config.loader import load_config
-from inferopt.engines.base import FinishEvent, GenRequest, TokenEvent
+from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, TokenEvent
 from inferopt.engines.vllm.engine import terminate_group
 from inferopt.engines.vllm.serve import serve_args, server_env, vllm_metrics
 from inferopt.measure.join import (
@@ -333,7 +333,7 @@ def test_rewrite_records_is_atomic_replace(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ run_system
 
 
-class _SpanEngine:
+class _SpanEngine(EngineBase):
     """A stub engine: answers every request with 3 tokens, and reports server timings after the stream
     (like the vllm engine's spans) for every request but the last."""
 
