@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.config import AnySystem, FakeSystem, HFSystem, OpenAISystem
+from inferopt.config import AnySystem
 from inferopt.engines import make_engine
 from inferopt.measure.join import (
     aggregate_join,
@@ -65,13 +65,14 @@ class _StartFailed(Exception):
     """The engine could not be built or started (its cause is the engine's own exception)."""
 
 
-def vocab_size_of(system: AnySystem) -> int:
-    if isinstance(system, (FakeSystem, OpenAISystem)):
-        return system.vocab_size
-    from inferopt.config.pooled import PooledSystem
-
-    if isinstance(system, PooledSystem):  # prompts are built once for all pools: they must share a vocabulary
-        sizes = {vocab_size_of(p.system) for p in system.pools}
+def vocab_size_of(system: Any) -> int:
+    """The vocabulary prompts are drawn below: the system's declared one, its pools' shared one, or its
+    model's (`config.json`)."""
+    caps = system.capabilities
+    if caps.vocab_size is not None:
+        return caps.vocab_size
+    if caps.pools:  # prompts are built once for all pools: they must share a vocabulary
+        sizes = {vocab_size_of(p) for p in caps.pools}
         if len(sizes) != 1:
             raise ValueError(
                 f"pooled system {system.name!r}: its pools have different vocabularies {sorted(sizes)}; "
@@ -82,7 +83,7 @@ def vocab_size_of(system: AnySystem) -> int:
 
     from inferopt.model.loading import resolve_model_dir
 
-    return int(json.loads((resolve_model_dir(system.model) / "config.json").read_text())["vocab_size"])
+    return int(json.loads((resolve_model_dir(caps.model) / "config.json").read_text())["vocab_size"])
 
 
 async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
@@ -167,7 +168,7 @@ def run_system(
 
     sink = RecordSink(records_path) if records_path else None
     # only an engine that launches processes (vLLM, pools of them) needs its process tree scanned
-    sampler = ResourceSampler(children=not isinstance(system, (FakeSystem, HFSystem, OpenAISystem)))
+    sampler = ResourceSampler(children=system.capabilities.launches_processes)
     try:
         with sampler:
             result, join = asyncio.run(

@@ -234,7 +234,7 @@ def run_node_failure(
             sc, "no nginx for the load balancer; fix: bash scripts/setup_nginx.sh (apt-get install nginx-light)"
         )
     if plan is None:
-        if not isinstance(system, VLLMSystem):
+        if not system.capabilities.replicable:
             return _failed(
                 sc,
                 f"node_failure launches replicas of a vllm system, got engine {system.engine!r}; "
