@@ -63,6 +63,7 @@ from inferopt.ablate.plan import (
 )
 from inferopt.ablate.speculative_arms import speculative_table
 from inferopt.config import AnySystem, CandidateConfig
+from inferopt.engines import EngineFactory, make_engine
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
@@ -122,11 +123,13 @@ def ablate(
     on_trial: Callable[[Trial, MeasuredRun], None] | None = None,
     system_for_trial: SystemForTrial | None = None,
     run_trial: Callable[[Trial, RunTags], MeasuredRun] | None = None,
+    engine_factory: EngineFactory = make_engine,
 ) -> AblationResult:
     """Run the ablation of `candidate` (see the module docstring). `run_trial(trial, tags)`, when given,
     returns a trial's run instead of running it here (`dispatch.PrecomputedTrials`: arms run on Prefect
     workers). `system_for_trial(arm, trial)` may replace
-    the system a trial starts (default: the arm's own), e.g. `fresh_fake_noise`."""
+    the system a trial starts (default: the arm's own), e.g. `fresh_fake_noise`. `engine_factory(system)`
+    builds each trial's engine (tests pass a fake)."""
     out_dir = Path(out_dir)
     settings = candidate.ablation
     context = RequestSLO.of(candidate.workload, candidate.slo)  # failures censored, goodput's SLO
@@ -168,6 +171,7 @@ def ablate(
                     records_path=out_dir / "requests.jsonl",
                     warmup_requests=candidate.measure.warmup_requests,
                     prompt_seed=candidate.workload.seed,
+                    engine_factory=engine_factory,
                 )
             )
             runs.append(run)

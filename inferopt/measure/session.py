@@ -6,9 +6,10 @@ error text, so the caller can mark that arm failed and carry on. The run says wh
 "start" = the engine could not be built or started, e.g. an ImportError for a GPU-only kernel; "run" = during
 the load) and the exception's class names (`error_type`), so a caller can tell "cannot run here" from a crash.
 
-The phase join happens here, between the replay and the engine stop: an engine with per-request server
-timings that arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's OpenTelemetry spans; None:
-it has none) is asked for them, the records get their server fields (`inferopt.measure.join`), and the records file is
+The engine comes from `engine_factory(system)` (default `make_engine`; tests pass a fake). The phase join
+happens here, between the replay and the engine stop: the engine is asked for per-request server timings
+that arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's OpenTelemetry spans; None: it has
+none), and the records get their server fields (`inferopt.measure.join`), and the records file is
 rewritten atomically with the joined records (the streamed JSONL keeps the client-side records if the run
 dies first). An engine with only Prometheus histograms gets an aggregate join instead (`MeasuredRun.
 aggregate_join`: per-run server means beside client means, labelled as such). `MeasuredRun.join` says
@@ -29,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from inferopt.config import AnySystem
-from inferopt.engines import make_engine
+from inferopt.engines import EngineFactory, make_engine
 from inferopt.measure.join import (
     aggregate_join,
     clock_offset_s,
@@ -123,9 +124,10 @@ async def _run(
     warmup: int,
     prompt_seed: int,
     wrap_engine: Callable[[Any], Any] | None = None,
+    engine_factory: EngineFactory = make_engine,
 ) -> tuple[LoadResult, dict[str, Any]]:
     try:
-        engine = make_engine(system)
+        engine = engine_factory(system)
         if wrap_engine is not None:  # e.g. a client retry policy or a scheduled fault (inferopt.validation)
             engine = wrap_engine(engine)
         await engine.start()
@@ -161,9 +163,11 @@ def run_system(
     warmup_requests: int = 0,
     prompt_seed: int = 0,
     wrap_engine: Callable[[Any], Any] | None = None,
+    engine_factory: EngineFactory = make_engine,
 ) -> MeasuredRun:
     """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
-    `wrap_engine(engine)` returns the engine the runner drives (a wrapper that delegates to it)."""
+    `engine_factory(system)` builds the engine (default `make_engine`; tests pass a fake); `wrap_engine(engine)`
+    returns the engine the runner drives (a wrapper that delegates to it)."""
     from inferopt.measure.resources import ResourceSampler, load_window
 
     sink = RecordSink(records_path) if records_path else None
@@ -172,7 +176,7 @@ def run_system(
     try:
         with sampler:
             result, join = asyncio.run(
-                _run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine)
+                _run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine, engine_factory)
             )
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
         stage = "run"

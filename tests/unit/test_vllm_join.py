@@ -374,16 +374,23 @@ class _SpanEngine(EngineBase):
         return out
 
 
-def test_run_system_joins_per_request_and_rewrites_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_system_joins_per_request_and_rewrites_records(tmp_path: Path) -> None:
     from inferopt.measure import session
     from inferopt.measure.runner import RunTags
     from inferopt.workload import build_workload
 
     engine = _SpanEngine()
-    monkeypatch.setattr(session, "make_engine", lambda system: engine)
     table = build_workload(WorkloadConfig(name="j", num_requests=6, arrival=ConstantArrivals(rate_per_s=200)))
     path = tmp_path / "requests.jsonl"
-    run = session.run_system(FakeSystem(), table, RunTags(arm="a"), timeout_s=10, records_path=path, warmup_requests=1)
+    run = session.run_system(
+        FakeSystem(),
+        table,
+        RunTags(arm="a"),
+        timeout_s=10,
+        records_path=path,
+        warmup_requests=1,
+        engine_factory=lambda system: engine,
+    )
     assert not run.failed, run.error
     assert run.join["kind"] == "per_request" and run.join["n_ok"] == 7 and run.join["n_joined"] == 6
     assert abs(run.join["clock_drift_ms"]) < 50
