@@ -6,10 +6,9 @@ error text, so the caller can mark that arm failed and carry on. The run says wh
 "start" = the engine could not be built or started, e.g. an ImportError for a GPU-only kernel; "run" = during
 the load) and the exception's class names (`error_type`), so a caller can tell "cannot run here" from a crash.
 
-The engine comes from `engine_factory(system)` (default `make_engine`; tests pass a fake). The phase join
-happens here, between the replay and the engine stop: the engine is asked for per-request server timings
-that arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's OpenTelemetry spans; None: it has
-none), and the records get their server fields (`inferopt.measure.join`), and the records file is
+The phase join happens here, between the replay and the engine stop: an engine with per-request server
+timings that arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's OpenTelemetry spans) is
+asked for them, the records get their server fields (`inferopt.measure.join`), and the records file is
 rewritten atomically with the joined records (the streamed JSONL keeps the client-side records if the run
 dies first). An engine with only Prometheus histograms gets an aggregate join instead (`MeasuredRun.
 aggregate_join`: per-run server means beside client means, labelled as such). `MeasuredRun.join` says
