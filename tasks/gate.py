@@ -8,7 +8,7 @@ from prefect import task
 
 from inferopt.ablate.run import AblationResult
 from inferopt.choose.remedies import Choice
-from inferopt.config import CandidateConfig, HFSystem
+from inferopt.config import CandidateConfig
 from inferopt.gate.drift import next_token_drift, served_agreement
 from inferopt.gate.judge import GateResult, combine_quality, cost_table, judge_cost, judge_quality
 from inferopt.gate.suite_gate import sliced_gate
@@ -46,7 +46,7 @@ def gate_task(
         tracker.table(samples, f"quality_samples_{arm}.parquet", STEP)
     if suite.lm_eval_results:
         tracker.json(suite.lm_eval_results, "lm_eval_results.json", STEP)
-    threads = {a.name: (a.system.torch_threads if isinstance(a.system, HFSystem) else 1) for a in ablation.arms}
+    threads = {a.name: a.system.capabilities.cpu_threads for a in ablation.arms}
     costs = (
         cost_table(ablation.trials, candidate.slo, located.hardware, threads, suite.task_success_rate)
         if len(ablation.trials)

@@ -62,14 +62,15 @@ from inferopt.ablate.plan import (
     plan_arms,
 )
 from inferopt.ablate.speculative_arms import speculative_table
-from inferopt.config import CandidateConfig, FakeSystem, HFSystem
+from inferopt.config import AnySystem, CandidateConfig
+from inferopt.engines import EngineFactory, make_engine
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
 from inferopt.measure.slo import RequestSLO
 from inferopt.workload.build import build_workload
 
-SystemForTrial = Callable[[Arm, Trial], "HFSystem | FakeSystem"]
+SystemForTrial = Callable[[Arm, Trial], AnySystem]
 
 
 @dataclass
@@ -101,15 +102,15 @@ class AblationResult:
         return pd.DataFrame(rows)
 
 
-def fresh_fake_noise(arm: Arm, trial: Trial) -> HFSystem | FakeSystem:
+def fresh_fake_noise(arm: Arm, trial: Trial) -> AnySystem:
     """A `system_for_trial` that gives the fake engine an independent noise stream per (arm, repeat).
 
     FakeEngine seeds its delay noise from `system.seed`, so every trial of one fake system replays the same
     noise, and the A/A arm replays the baseline's: the A/A comparison would be rigged to agree. A real machine
     gives each trial fresh noise. The same seed also draws the fake's token ids, so reseeding makes served
     outputs differ between arms: use this where timing statistics are the question (error-rate benchmark,
-    tests), not where served-output agreement is. Other systems are returned unchanged."""
-    if not isinstance(arm.system, FakeSystem):
+    tests), not where served-output agreement is. Systems with real timings are returned unchanged."""
+    if not arm.system.capabilities.scripted_timings:
         return arm.system
     seq = np.random.SeedSequence([arm.system.seed & 0xFFFFFFFF, zlib.crc32(arm.name.encode()), trial.repeat])
     return arm.system.model_copy(update={"seed": int(seq.generate_state(1)[0])})
@@ -122,11 +123,13 @@ def ablate(
     on_trial: Callable[[Trial, MeasuredRun], None] | None = None,
     system_for_trial: SystemForTrial | None = None,
     run_trial: Callable[[Trial, RunTags], MeasuredRun] | None = None,
+    engine_factory: EngineFactory = make_engine,
 ) -> AblationResult:
     """Run the ablation of `candidate` (see the module docstring). `run_trial(trial, tags)`, when given,
     returns a trial's run instead of running it here (`dispatch.PrecomputedTrials`: arms run on Prefect
     workers). `system_for_trial(arm, trial)` may replace
-    the system a trial starts (default: the arm's own), e.g. `fresh_fake_noise`."""
+    the system a trial starts (default: the arm's own), e.g. `fresh_fake_noise`. `engine_factory(system)`
+    builds each trial's engine (tests pass a fake)."""
     out_dir = Path(out_dir)
     settings = candidate.ablation
     context = RequestSLO.of(candidate.workload, candidate.slo)  # failures censored, goodput's SLO
@@ -168,6 +171,7 @@ def ablate(
                     records_path=out_dir / "requests.jsonl",
                     warmup_requests=candidate.measure.warmup_requests,
                     prompt_seed=candidate.workload.seed,
+                    engine_factory=engine_factory,
                 )
             )
             runs.append(run)

@@ -25,19 +25,15 @@ from typing import Any
 import pandas as pd
 
 from inferopt.ablate.speculative_math import SpeculativeSummary, predicted_speedup, summarize, summarize_counters
-from inferopt.config import HFSystem, VLLMSystem
+from inferopt.config import AnySystem
 
 SPEEDUP_METRIC = "tpot_ms_p50"
 
 
-def speculative_k(system: Any) -> int | None:
+def speculative_k(system: AnySystem) -> int | None:
     """k (draft tokens per round) of a speculative system, None for a plain one."""
-    if isinstance(system, HFSystem) and system.speculative is not None:
-        return system.speculative.num_draft_tokens
-    if isinstance(system, VLLMSystem) and system.speculative_config:
-        k = system.speculative_config.get("num_speculative_tokens")
-        return int(k) if k is not None else None
-    return None
+    spec = system.capabilities.speculative
+    return spec.draft_tokens if spec is not None else None
 
 
 def _sum(runs: list[Any], key: str) -> float:
@@ -70,12 +66,12 @@ def _hf_summary(k: int, runs: list[Any], plain_step_ms: float) -> tuple[Speculat
     }
 
 
-def _vllm_summary(k: int, system: VLLMSystem, runs: list[Any]) -> SpeculativeSummary:
+def _vllm_summary(k: int, method: str, runs: list[Any]) -> SpeculativeSummary:
     drafts, drafted = _sum(runs, "spec_decode_num_drafts"), _sum(runs, "spec_decode_num_draft_tokens")
     accepted = _sum(runs, "spec_decode_num_accepted_tokens")
     at_last = _sum(runs, f"spec_decode_num_accepted_tokens_per_pos.{k - 1}")
     full = max(at_last, drafts - (drafted - accepted))  # see module doc: rejected rounds bounded from above
-    c = 0.0 if str((system.speculative_config or {}).get("method", "")) == "ngram" else math.nan
+    c = 0.0 if method == "ngram" else math.nan  # a prompt lookup drafts without a forward
     return summarize_counters(k, drafts, drafted, accepted, full, c)
 
 
@@ -91,10 +87,11 @@ def speculative_table(arms: list[Any], runs: list[Any], effects: pd.DataFrame) -
             continue
         eff = effects[(effects["arm"] == arm.name) & (effects["metric"] == SPEEDUP_METRIC)] if len(effects) else effects
         step_ms = float(eff.iloc[0]["baseline_value"]) if len(eff) else math.nan  # the plain arm's TPOT p50
-        if isinstance(arm.system, HFSystem):
+        spec = arm.system.capabilities.speculative
+        if spec.stats_from == "records":
             s, costs = _hf_summary(k, ok, step_ms)
         else:
-            s, costs = _vllm_summary(k, arm.system, ok), {}
+            s, costs = _vllm_summary(k, spec.method, ok), {}
         row: dict[str, Any] = {
             "arm": arm.name,
             "engine": arm.system.engine,

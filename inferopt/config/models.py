@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from inferopt.config.capabilities import Capabilities, KVBudget, Speculation  # noqa: F401 - re-exported
 from inferopt.config.settings import (  # noqa: F401 - re-exported
     METRIC_NAMES,
     AblationSettings,
@@ -301,6 +302,7 @@ __all__ = [
     "ArrivalConfig",
     "BatchingKnobs",
     "CandidateConfig",
+    "Capabilities",
     "ConfigError",
     "ConstantArrivals",
     "FakeSystem",
@@ -309,6 +311,7 @@ __all__ = [
     "GateSettings",
     "HFSystem",
     "HardwareConfig",
+    "KVBudget",
     "LengthConfig",
     "LintSettings",
     "MeasureSettings",
@@ -318,6 +321,7 @@ __all__ = [
     "PrefixConfig",
     "SLOConfig",
     "ScenarioConfig",
+    "Speculation",
     "SystemConfig",
     "TenantConfig",
     "TraceConfig",

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from inferopt.config.capabilities import Capabilities
 from inferopt.config.systems import Frozen, SystemConfig
 
 __all__ = ["Pool", "PooledSystem"]
@@ -61,6 +62,39 @@ class PooledSystem(Frozen):
                     "fix: list its tenants or set default: true"
                 )
         return self
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A router's own: nothing per engine (its pools declare theirs, in `pools`), processes if a pool has."""
+        caps = [p.system.capabilities for p in self.pools]
+        caches = {c.prefix_cache for c in caps}
+        return Capabilities(
+            engine="pooled",
+            queue_bound=None,
+            queue_bound_knob=None,  # each pool has its own bound
+            max_running=None,
+            kv_budget=None,
+            prefix_cache=True if True in caches else (None if None in caches else False),
+            prefix_cache_reset=None,
+            launches_processes=any(c.launches_processes for c in caps),
+            replicable=False,
+            quality_eval=None,
+            scripted_timings=False,
+            op_profile=False,
+            cpu_threads=1,
+            in_process_model=False,
+            stops_at_eos=None,
+            verbatim_args=(),
+            speculative=None,
+            model=None,
+            vocab_size=None,
+            pools=tuple(p.system for p in self.pools),
+            knobs=(),
+        )
+
+    def with_queue_bound(self, limit: int | None) -> None:
+        """None: a pooled deployment has one bound per pool, not one to set."""
+        return None
 
     def pool_for(self, tenant: str) -> str | None:
         """The name of the pool that serves `tenant` (None: no pool does)."""

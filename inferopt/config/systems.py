@@ -4,6 +4,9 @@ discriminated union `SystemConfig` a candidate's `baseline` is validated against
 Field names of `VLLMSystem` are `vllm serve`'s flags in snake_case (`max_num_seqs` -> `--max-num-seqs`), so a
 vLLM user reads a config without a glossary; `None` leaves vLLM's own default in place.
 
+Each system declares what it can do (`capabilities`, `inferopt.config.capabilities`) and how its admission
+queue is bounded (`with_queue_bound`), so callers never test a system's class.
+
 Deliberately not here: launching anything (`inferopt.engines`), reading files (`loader.py`).
 """
 
@@ -23,9 +26,14 @@ from pydantic import (
     model_validator,
 )
 
+from inferopt.config.capabilities import Capabilities, KVBudget, Speculation
 from inferopt.config.speculative import SpeculativeDecoding
 
 BUILTIN_PREFIX = "builtin:"
+VLLM_DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default when max_num_seqs is unset
+VLLM_DEFAULT_BLOCK_SIZE = {"cpu": 128, "cuda": 16}  # vLLM 0.32's platform defaults when block_size is unset
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+NOT_KNOBS = frozenset({"engine", "name", "model"})  # identity, not levers (a system's own plumbing is added)
 
 
 class ConfigError(ValueError):
@@ -34,6 +42,11 @@ class ConfigError(ValueError):
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def knob_fields(model: type[BaseModel], plumbing: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The fields of a system model that are levers: all but identity (`NOT_KNOBS`) and `plumbing`."""
+    return tuple(f for f in model.model_fields if f not in NOT_KNOBS | plumbing)
 
 
 # --------------------------------------------------------------------------- system under test
@@ -191,6 +204,37 @@ class HFSystem(Frozen):
             )
         return self
 
+    @property
+    def capabilities(self) -> Capabilities:
+        spec = self.speculative
+        return Capabilities(
+            engine="hf",
+            queue_bound=self.batching.max_queue,
+            queue_bound_knob="batching.max_queue",
+            max_running=self.batching.max_batch_size,
+            kv_budget=None,  # a cache per batch, grown as it decodes
+            prefix_cache=False,  # no cross-request prefix cache
+            prefix_cache_reset=None,
+            launches_processes=False,
+            replicable=False,
+            quality_eval="in-memory",
+            scripted_timings=False,
+            op_profile=True,
+            cpu_threads=self.torch_threads,
+            in_process_model=True,
+            stops_at_eos=self.stop_at_eos,
+            verbatim_args=(),
+            speculative=(None if spec is None else Speculation(spec.num_draft_tokens, spec.draft_model, "records")),
+            model=self.model,
+            vocab_size=None,
+            pools=(),
+            knobs=knob_fields(type(self)),
+        )
+
+    def with_queue_bound(self, limit: int | None) -> HFSystem:
+        """This system with its admission queue bounded to `limit` waiting requests (None = unbounded)."""
+        return self.model_copy(update={"batching": self.batching.model_copy(update={"max_queue": limit})})
+
 
 class FakeSystem(Frozen):
     """Scripted per-phase delays (seconds scale with the knobs below) for fast tests above the engine."""
@@ -217,6 +261,37 @@ class FakeSystem(Frozen):
     eos_token_id: int = 2
     seed: int = 0
     batching: BatchingKnobs = BatchingKnobs()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            engine="fake",
+            queue_bound=self.batching.max_queue,
+            queue_bound_knob="batching.max_queue",
+            max_running=self.batching.max_batch_size,
+            kv_budget=None,
+            prefix_cache=self.cached_prefix_fraction > 0.0,
+            # its served prefix groups live in the engine object: a fresh engine per trial starts cold
+            prefix_cache_reset="engine restart" if self.cached_prefix_fraction > 0.0 else None,
+            launches_processes=False,
+            replicable=False,
+            quality_eval=None,  # it generates no text
+            scripted_timings=True,
+            op_profile=False,
+            cpu_threads=1,
+            in_process_model=False,
+            stops_at_eos=None,  # it never emits EOS (by construction, not by a switch)
+            verbatim_args=(),
+            speculative=None,
+            model=None,
+            vocab_size=self.vocab_size,
+            pools=(),
+            knobs=knob_fields(type(self), frozenset({"seed", "vocab_size", "eos_token_id"})),
+        )
+
+    def with_queue_bound(self, limit: int | None) -> FakeSystem:
+        """This system with its admission queue bounded to `limit` waiting requests (None = unbounded)."""
+        return self.model_copy(update={"batching": self.batching.model_copy(update={"max_queue": limit})})
 
 
 class VLLMSystem(Frozen):
@@ -273,6 +348,48 @@ class VLLMSystem(Frozen):
         p = Path(self.python).expanduser()
         return p if p.is_absolute() else root / p
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            engine="vllm",
+            queue_bound=self.max_num_queued_reqs,
+            queue_bound_knob="max_num_queued_reqs",
+            max_running=self.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS,
+            kv_budget=KVBudget(
+                configured_bytes=self.kv_cache_memory_bytes,
+                memory_fraction=self.gpu_memory_utilization or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
+                block_size_tokens=self.block_size or VLLM_DEFAULT_BLOCK_SIZE.get(self.device, 16),
+                max_model_len=self.max_model_len,
+            ),
+            prefix_cache=self.enable_prefix_caching is not False,  # vLLM (V1) caches prefixes unless told not to
+            prefix_cache_reset="POST /reset_prefix_cache",  # after start and after the warm-ups
+            launches_processes=True,
+            replicable=True,
+            quality_eval="served",
+            scripted_timings=False,
+            op_profile=False,
+            cpu_threads=1,
+            in_process_model=False,
+            stops_at_eos=None,  # per request (ignore_eos); flags in extra_args / extra_env are scanned instead
+            verbatim_args=(*self.extra_args, *(f"{k}={v}" for k, v in self.extra_env.items())),
+            speculative=self._speculation(),
+            model=self.model,
+            vocab_size=None,
+            pools=(),
+            knobs=knob_fields(type(self), frozenset({"python", "tracing", "startup_timeout_s", "max_connections"})),
+        )
+
+    def _speculation(self) -> Speculation | None:
+        cfg = self.speculative_config
+        if not cfg:
+            return None
+        k = cfg.get("num_speculative_tokens")
+        return Speculation(int(k) if k is not None else None, str(cfg.get("method", "")), "server counters")
+
+    def with_queue_bound(self, limit: int | None) -> VLLMSystem:
+        """This system with at most `limit` unfinished requests admitted (None = vLLM's unbounded default)."""
+        return self.model_copy(update={"max_num_queued_reqs": limit})
+
 
 class OpenAISystem(Frozen):
     """Any OpenAI-compatible endpoint by URL (nothing launched): vLLM, SGLang, TGI, a gateway."""
@@ -306,12 +423,48 @@ class OpenAISystem(Frozen):
             raise ValueError(f"base_url {value!r} is not an http(s) URL; fix: e.g. http://127.0.0.1:8000")
         return value.rstrip("/").removesuffix("/v1")
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            engine="openai",
+            queue_bound=None,  # the server's own, not known here
+            queue_bound_knob=None,  # a server we do not launch: its bound cannot be set from here
+            max_running=None,
+            kv_budget=None,
+            prefix_cache=None,
+            prefix_cache_reset=None,
+            launches_processes=False,
+            replicable=False,
+            quality_eval="endpoint",
+            scripted_timings=False,
+            op_profile=False,
+            cpu_threads=1,
+            in_process_model=False,
+            stops_at_eos=None,
+            verbatim_args=(),
+            speculative=None,
+            model=None,
+            vocab_size=self.vocab_size,
+            pools=(),
+            knobs=knob_fields(
+                type(self),
+                frozenset({"base_url", "served_model", "vocab_size", "metrics_url", "headers", "max_connections"}),
+            ),
+        )
+
+    def with_queue_bound(self, limit: int | None) -> None:
+        """None: the endpoint's queue bound is its server's, not ours to set."""
+        return None
+
 
 SystemConfig = Annotated[HFSystem | FakeSystem | VLLMSystem | OpenAISystem, Field(discriminator="engine")]
 AnySystem = HFSystem | FakeSystem | VLLMSystem | OpenAISystem
 
 __all__ = [
     "BUILTIN_PREFIX",
+    "VLLM_DEFAULT_BLOCK_SIZE",
+    "VLLM_DEFAULT_GPU_MEMORY_UTILIZATION",
+    "VLLM_DEFAULT_MAX_NUM_SEQS",
     "AnySystem",
     "BatchingKnobs",
     "ConfigError",

@@ -1,23 +1,43 @@
-"""Engines behind one protocol (`inferopt.engines.base.Engine`) and `make_engine(system)` to pick one.
+"""Engines behind one protocol (`inferopt.engines.base.Engine`), `make_engine(system)` to pick one, and
+`unavailable_reason(system)`: what an engine's options need that this machine lacks (each engine's own check).
 
 Engine modules are imported lazily inside `make_engine`, so `import inferopt.engines` does not import
 torch or transformers.
 
-Deliberately not here: engine logic (hf.py, fake.py, vllm.py, openai.py) and scheduling policy (scheduler.py).
+Deliberately not here: engine logic (hf/, vllm/, fake.py, openai.py, pooled.py) and scheduling policy
+(scheduler.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from inferopt.config import AnySystem, FakeSystem, HFSystem, OpenAISystem, VLLMSystem
 from inferopt.engines.base import (
     Engine,
+    EngineBase,
     FinishEvent,
     GenRequest,
     RequestRejected,
     TokenEvent,
 )
+from inferopt.engines.hf import availability as hf_availability
+from inferopt.engines.vllm import availability as vllm_availability
 
-__all__ = ["Engine", "FinishEvent", "GenRequest", "RequestRejected", "TokenEvent", "make_engine"]
+__all__ = [
+    "Engine",
+    "EngineBase",
+    "EngineFactory",
+    "FinishEvent",
+    "GenRequest",
+    "RequestRejected",
+    "TokenEvent",
+    "make_engine",
+    "unavailable_reason",
+]
+
+EngineFactory = Callable[[Any], Engine]  # a system -> a not-yet-started engine (`make_engine`, or a test's fake)
 
 
 def make_engine(system: AnySystem) -> Engine:
@@ -47,3 +67,13 @@ def make_engine(system: AnySystem) -> Engine:
     raise TypeError(
         f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem"
     )
+
+
+def unavailable_reason(system: AnySystem) -> str | None:
+    """Why `system` cannot run on this machine (its engine's own check, nothing loaded or launched), or None
+    when nothing known stands in its way (engines without such needs: fake, openai, pooled)."""
+    if isinstance(system, HFSystem):
+        return hf_availability.unavailable_reason(system)
+    if isinstance(system, VLLMSystem):
+        return vllm_availability.unavailable_reason(system)
+    return None

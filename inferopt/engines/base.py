@@ -4,18 +4,22 @@
 as tokens are produced and ends with exactly one `FinishEvent` carrying the engine's own timings
 (`ServerTimings`). An engine whose transport can delay the send (HTTP: waiting for a pooled connection,
 a busy loop) may also yield one `SentEvent` saying when the request really left; without it the runner
-takes the time it called `stream` as the send time. An engine may also have `prepare(requests)`: the
-runner hands it every request before the clock starts (to encode payloads off the clock). Admission
-refusal is `RequestRejected`; anything else raised is an error outcome — the load runner turns both into
-records, never into exceptions out of the run.
+takes the time it called `stream` as the send time. Admission refusal is `RequestRejected`; anything else
+raised is an error outcome — the load runner turns both into records, never into exceptions out of the run.
+
+Three parts are optional, with defaults on `EngineBase` (every engine subclasses it): `prepare(requests)`
+(every request before the clock starts, to encode payloads off it), `fire(request)` (send now, from the
+runner's timer callback; the default is `stream`) and `server_timings(request_ids)` (per-request timings that
+arrive after the stream; the default, None, means the engine has none).
 
 Deliberately not here: timing from the client side (the load runner owns that) and engine-specific knobs.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from inferopt.records import ServerTimings
 
@@ -71,3 +75,28 @@ class Engine(Protocol):
     def info(self) -> dict[str, Any]: ...
 
     async def server_metrics(self) -> dict[str, float]: ...
+
+    def prepare(self, requests: list[GenRequest]) -> None: ...
+
+    def fire(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]: ...
+
+    async def server_timings(self, request_ids: list[str]) -> dict[str, ServerTimings] | None: ...
+
+
+class EngineBase:
+    """The optional parts of `Engine` with their defaults; an engine overrides what it has."""
+
+    def stream(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+        raise NotImplementedError
+
+    def prepare(self, requests: list[GenRequest]) -> None:
+        """Nothing to do before the clock starts."""
+
+    def fire(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
+        """No transport to send on early: the request's `stream` (an async generator starts nothing until
+        iterated, so the request is sent when the runner consumes it, as if `stream` were called there)."""
+        return self.stream(request)
+
+    async def server_timings(self, request_ids: list[str]) -> dict[str, ServerTimings] | None:
+        """None: no per-request server timings after the stream (the run joins aggregates, if any)."""
+        return None

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from inferopt.config import FakeSystem
-from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, TokenEvent
+from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, RequestRejected, TokenEvent
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
 from inferopt.records import ServerTimings, now_s
 
@@ -57,7 +57,7 @@ class _Error:
         self.message = message
 
 
-class FakeEngine:
+class FakeEngine(EngineBase):
     """Scripted engine (see module docstring). Deterministic for a given seed and arrival schedule."""
 
     def __init__(self, system: FakeSystem) -> None:

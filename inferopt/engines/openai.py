@@ -43,7 +43,7 @@ import aiohttp
 import h11
 
 from inferopt.config import OpenAISystem
-from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, SentEvent, TokenEvent
+from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, RequestRejected, SentEvent, TokenEvent
 from inferopt.records import ServerTimings
 from inferopt.transport.http1 import ConnectionFailed, ConnectionPool, Endpoint, ResponseStream, encode_request
 from inferopt.transport.prometheus import scrape
@@ -83,7 +83,7 @@ def _error_of(obj: dict[str, Any]) -> tuple[int | None, str] | None:
     return None
 
 
-class OpenAIEngine:
+class OpenAIEngine(EngineBase):
     """Streams requests to an OpenAI-compatible server (see module docstring)."""
 
     def __init__(self, system: OpenAISystem, *, extra_body: dict[str, Any] | None = None) -> None:

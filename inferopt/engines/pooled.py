@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from inferopt.config.pooled import PooledSystem
-from inferopt.engines.base import Engine, FinishEvent, GenRequest, SentEvent, TokenEvent
+from inferopt.engines.base import Engine, EngineBase, FinishEvent, GenRequest, SentEvent, TokenEvent
 from inferopt.records import ServerTimings
 
 __all__ = ["PooledEngine"]
 
 
-class PooledEngine:
+class PooledEngine(EngineBase):
     """Routes each request to its tenant's pool (see module docstring)."""
 
     def __init__(self, system: PooledSystem) -> None:
@@ -71,9 +71,7 @@ class PooledEngine:
             if pool is not None:
                 by_pool.setdefault(pool, []).append(r)
         for name, reqs in by_pool.items():
-            prepare = getattr(self.engines[name], "prepare", None)
-            if prepare is not None:
-                prepare(reqs)
+            self.engines[name].prepare(reqs)
 
     async def stream(self, request: GenRequest) -> AsyncIterator[SentEvent | TokenEvent | FinishEvent]:
         pool = self._route(request)
@@ -100,7 +98,5 @@ class PooledEngine:
                 wanted.setdefault(pool, []).append(rid)
         out: dict[str, ServerTimings] = {}
         for name, ids in wanted.items():
-            fetch = getattr(self.engines[name], "server_timings", None)
-            if fetch is not None:
-                out.update(await fetch(ids))
+            out.update(await self.engines[name].server_timings(ids) or {})  # None: that pool has none
         return out

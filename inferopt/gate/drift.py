@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from inferopt.config import FakeSystem, GateSettings, HFSystem
+from inferopt.config import AnySystem, GateSettings
 from inferopt.records import RequestRecord
 
 
@@ -63,9 +63,10 @@ def served_agreement(records_a: list[RequestRecord], records_b: list[RequestReco
     }
 
 
-def next_token_drift(base: HFSystem | FakeSystem, cand: HFSystem | FakeSystem, gate: GateSettings) -> dict[str, Any]:
-    """Teacher-forced next-token KL and top-1 agreement on `gate.held_prompts` seeded prompts."""
-    if not isinstance(base, HFSystem) or not isinstance(cand, HFSystem):
+def next_token_drift(base: AnySystem, cand: AnySystem, gate: GateSettings) -> dict[str, Any]:
+    """Teacher-forced next-token KL and top-1 agreement on `gate.held_prompts` seeded prompts (arms that
+    hold their model in this process; others are skipped with the reason)."""
+    if not (base.capabilities.in_process_model and cand.capabilities.in_process_model):
         return {
             "status": "skipped",
             "reason": f"next-token drift loads hf models in-process; this is {base.engine}/{cand.engine} "
@@ -77,7 +78,7 @@ def next_token_drift(base: HFSystem | FakeSystem, cand: HFSystem | FakeSystem, g
     from inferopt.model.loading import load_system_model
 
     prev_threads = torch.get_num_threads()
-    torch.set_num_threads(base.torch_threads)
+    torch.set_num_threads(base.capabilities.cpu_threads)
     try:
         lb = load_system_model(base)
         lc = load_system_model(cand)

@@ -27,14 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.config import (
-    AnySystem,
-    GateSettings,
-    HFSystem,
-    ModelSpec,
-    OpenAISystem,
-    VLLMSystem,
-)
+from inferopt.config import AnySystem, GateSettings, HFSystem, ModelSpec
 from inferopt.gate.sliced import (
     PRIMARY_METRIC,
     accuracy_by_slice,
@@ -92,22 +85,24 @@ def run_suite(system: HFSystem, gate: GateSettings) -> Any:
 def evaluation_path(system: AnySystem, gate: GateSettings) -> str | None:
     """How the suite evaluates this arm: `in-memory`, `in-memory proxy`, `served`, or None (cannot)."""
     proxy = gate.quality_model != "system"
-    if isinstance(system, HFSystem):
+    kind = system.capabilities.quality_eval
+    if kind == "in-memory":
         return "in-memory proxy" if proxy else "in-memory"
-    if isinstance(system, VLLMSystem):
+    if kind == "served":
         return "served"
-    if isinstance(system, OpenAISystem):
+    if kind == "endpoint":
         return "in-memory proxy" if proxy else "served"
     return None
 
 
 def run_arm(system: AnySystem, gate: GateSettings) -> tuple[Any, str]:
     """The suite on one arm along its `evaluation_path`; returns (SuiteResult, what was evaluated, in words)."""
-    if isinstance(system, VLLMSystem):
+    kind = system.capabilities.quality_eval
+    if kind == "served":  # a server we launch with the arm's knobs (vLLM)
         from inferopt.gate.served import run_vllm_served
 
         return run_vllm_served(system, gate)
-    if isinstance(system, OpenAISystem):
+    if kind == "endpoint":
         if gate.quality_model == "system":
             from inferopt.gate.served import run_openai_served
 
@@ -117,7 +112,7 @@ def run_arm(system: AnySystem, gate: GateSettings) -> tuple[Any, str]:
             f"in-memory proxy: {gate.quality_model} with default settings (an external "
             "endpoint's knobs cannot be applied to it: this is the proxy's own quality)"
         )
-    assert isinstance(system, HFSystem)
+    assert kind == "in-memory", f"the suite cannot evaluate a {system.engine} arm"
     what = (
         f"in-memory: {system.model.path} as loaded"
         if gate.quality_model == "system"
@@ -205,7 +200,7 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
         *path_lines,
         *skip_lines,
     ]
-    if all(isinstance(s, OpenAISystem) for s in arms.values()) and gate.quality_model != "system":
+    if all(s.capabilities.quality_eval == "endpoint" for s in arms.values()) and gate.quality_model != "system":
         status = "skipped"
         reasons.append(
             "  neither arm's settings reach the proxy (external endpoints): the comparison says nothing "

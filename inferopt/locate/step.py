@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from inferopt.config import AnySystem, CandidateConfig, HFSystem, VLLMSystem
+from inferopt.config import AnySystem, CandidateConfig
 from inferopt.locate.bottleneck import Verdict, locate, roofline_points
 from inferopt.locate.hardware import HardwareProfile, load_hardware
 from inferopt.locate.kv import kv_budget_bytes, kv_bytes_per_token, kv_table
@@ -48,17 +48,14 @@ class LocateResult:
     kv_vllm: pd.DataFrame = field(default_factory=pd.DataFrame)  # our KV math vs vLLM's report (vLLM baselines)
 
 
-VLLM_DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default when max_num_seqs is unset
-VLLM_DEFAULT_BLOCK_SIZE = {"cpu": 128, "cuda": 16}  # vLLM 0.32's platform defaults when block_size is unset
-VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-
-
 def model_dims(system: AnySystem) -> ModelDims | None:
-    if not isinstance(system, (HFSystem, VLLMSystem)):
+    """The dimensions of the local model `system` serves (None: it serves none we can read, e.g. an endpoint)."""
+    model = system.capabilities.model
+    if model is None:
         return None
     from inferopt.model.loading import resolve_model_dir
 
-    return ModelDims.from_hf_config(json.loads((resolve_model_dir(system.model) / "config.json").read_text()))
+    return ModelDims.from_hf_config(json.loads((resolve_model_dir(model) / "config.json").read_text()))
 
 
 def _measured_points(roof: pd.DataFrame, phases: pd.DataFrame, hw: HardwareProfile) -> pd.DataFrame:
@@ -87,18 +84,19 @@ def _measured_points(roof: pd.DataFrame, phases: pd.DataFrame, hw: HardwareProfi
 
 def max_batch_size(system: AnySystem) -> int | None:
     """The most sequences the system decodes at once (None: unknown, an endpoint we did not launch)."""
-    if isinstance(system, VLLMSystem):
-        return system.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS
-    batching = getattr(system, "batching", None)
-    return batching.max_batch_size if batching is not None else None
+    return system.capabilities.max_running
 
 
-def vllm_kv_budget(system: VLLMSystem, memory_bytes: float, weight_bytes_: float) -> tuple[int, str]:
-    """The KV budget a vLLM server works with: its `kv_cache_memory_bytes`, else device memory x
-    gpu_memory_utilization minus weights and a 10 % workspace (an estimate: vLLM profiles activations)."""
-    if system.kv_cache_memory_bytes is not None:
-        return int(system.kv_cache_memory_bytes), "kv_cache_memory_bytes"
-    util = system.gpu_memory_utilization or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+def vllm_kv_budget(system: AnySystem, memory_bytes: float, weight_bytes_: float) -> tuple[int, str]:
+    """The KV budget a server with a reserved KV cache (vLLM) works with: its `kv_cache_memory_bytes`, else
+    device memory x gpu_memory_utilization minus weights and a 10 % workspace (an estimate: vLLM profiles
+    activations). The system must declare a `kv_budget`."""
+    declared = system.capabilities.kv_budget
+    if declared is None:
+        raise ValueError(f"system {system.name!r} ({system.engine}) reserves no KV budget")
+    if declared.configured_bytes is not None:
+        return int(declared.configured_bytes), "kv_cache_memory_bytes"
+    util = declared.memory_fraction
     return kv_budget_bytes(
         memory_bytes * util, weight_bytes_
     ), f"estimate: memory x {util:g} - weights - 10 % workspace"
@@ -125,14 +123,15 @@ def locate_step(
     system = candidate.baseline
     prof: PhaseProfile | None = None
     prof_error: str | None = None
-    if profile and isinstance(system, HFSystem) and len(phases):
+    caps = system.capabilities
+    if profile and caps.op_profile and len(phases):
         try:
             prof = profile_for_phases(system, phases)
         except Exception as exc:  # noqa: BLE001 - the verdict can be made without the profile
             prof_error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
     dtype = getattr(system, "dtype", "float32")
     dtype = dtype if dtype in BYTES_PER_ELEM else "float32"  # vLLM's "auto": the tiny checkpoints are fp32
-    threads = system.torch_threads if isinstance(system, HFSystem) else 1
+    threads = caps.cpu_threads
     hw = load_hardware(candidate.hardware, dtype, threads)
     dims = model_dims(system)
     gauges = (engine_info or {}).get("server_gauge_peaks") or {}
@@ -157,7 +156,7 @@ def locate_step(
         ctx_lens = sorted({int(np.quantile(ctx, q)) for q in (0.5, 0.95, 1.0)}) if len(ctx) else [512]
         kv_b = kv_bytes_per_elem(system, b)
         budget = None
-        if isinstance(system, VLLMSystem):
+        if caps.kv_budget is not None:
             budget, _ = vllm_kv_budget(system, hw.memory_bytes, weight_bytes(dims, b))
         kv = kv_table(
             dims,
@@ -169,8 +168,8 @@ def locate_step(
             budget_bytes=budget,
         )
         measured = _measured_points(roof, phases, hw)
-        if isinstance(system, VLLMSystem):
-            long_ctx = float(np.quantile(ctx, 0.95)) if len(ctx) else float(system.max_model_len or 512)
+        if caps.kv_budget is not None:  # the server reports its KV cache: compare our math with it
+            long_ctx = float(np.quantile(ctx, 0.95)) if len(ctx) else float(caps.kv_budget.max_model_len or 512)
             kv_vllm = _vllm_comparison(
                 system, dims, kv_b, int(budget), long_ctx, engine_info or {}, server_metrics or {}
             )
@@ -197,7 +196,7 @@ def locate_step(
 
 
 def _vllm_comparison(
-    system: VLLMSystem,
+    system: AnySystem,
     dims: ModelDims,
     kv_b: float,
     budget: int,
@@ -210,7 +209,8 @@ def _vllm_comparison(
     cfg = report.get("cache_config") or {}
     log = report.get("log") or {}
     gauges = engine_info.get("server_gauge_peaks") or {}
-    block = cfg.get("block_size") or system.block_size or VLLM_DEFAULT_BLOCK_SIZE.get(system.device, 16)
+    declared = system.capabilities.kv_budget
+    block = cfg.get("block_size") or declared.block_size_tokens
     reported = {
         "num_gpu_blocks": cfg.get("num_gpu_blocks"),
         "block_size": cfg.get("block_size"),
@@ -228,7 +228,7 @@ def _vllm_comparison(
         kv_bytes_per_token=per_tok,
         budget_bytes=budget,
         block_size=int(block),
-        max_model_len=system.max_model_len,
+        max_model_len=declared.max_model_len,
         context_len_tok=long_ctx,
         reported=reported,
     )

@@ -151,17 +151,15 @@ async def run_open_loop(
 
     Send-time precision: sends are started by a timer callback (`inferopt.transport.timer`: a timerfd,
     ~0.1 ms and no spinning, where the OS has one; else the loop's timer, ~1 ms) that starts every request
-    that is due and re-arms itself for the next one; an engine with a `fire(request)` method (HTTP) is
-    sent to inside that callback, so the request is on the socket before the loop does anything else.
-    An engine with a `prepare(requests)` method
+    that is due and re-arms itself for the next one; each is sent with the engine's `fire(request)` inside
+    that callback, so an HTTP engine has the request on the socket before the loop does anything else (the
+    protocol's default `fire` is `stream`, which sends when consumed). The engine's `prepare(requests)`
     gets every request before the clock starts (HTTP engines encode their bodies there, as prompts are
     built here). Objects alive before the clock starts are frozen out of the garbage collector's scans so
     collections during the run stay short.
     """
     requests = materialize(table, vocab_size, prompt_seed)
-    prepare = getattr(engine, "prepare", None)
-    if prepare is not None:
-        prepare(requests)
+    engine.prepare(requests)
     offsets = table["arrival_offset_s"].to_numpy(dtype=float)
     result = LoadResult(records=[], engine_info=engine.info())
     for i, req in enumerate(requests[:warmup_requests]):
@@ -191,7 +189,7 @@ async def run_open_loop(
     all_started: asyncio.Future[None] = loop.create_future()
     timer = make_timer(loop)
     nxt = 0
-    fire = getattr(engine, "fire", None)  # HTTP engines send right here, in the timer callback
+    fire = engine.fire  # HTTP engines send right here, in the timer callback
 
     def _dispatch() -> None:
         # start every request that is due, then wake up again for the next one
@@ -199,12 +197,11 @@ async def run_open_loop(
         try:
             now = now_s()
             while nxt < len(requests) and intended_s[nxt] <= now:
-                fired: Any = None
-                if fire is not None:
-                    try:
-                        fired = fire(requests[nxt])
-                    except Exception as exc:  # noqa: BLE001 - becomes the request's error record
-                        fired = exc
+                fired: Any
+                try:
+                    fired = fire(requests[nxt])
+                except Exception as exc:  # noqa: BLE001 - becomes the request's error record
+                    fired = exc
                 tasks.append(loop.create_task(_timed(requests[nxt], intended_s[nxt], fired)))
                 nxt += 1
             if nxt < len(requests):

@@ -28,8 +28,8 @@ from typing import Any
 
 import pandas as pd
 
-from inferopt.config import AnySystem, FakeSystem, HFSystem, OpenAISystem
-from inferopt.engines import make_engine
+from inferopt.config import AnySystem
+from inferopt.engines import EngineFactory, make_engine
 from inferopt.measure.join import (
     aggregate_join,
     clock_offset_s,
@@ -65,13 +65,14 @@ class _StartFailed(Exception):
     """The engine could not be built or started (its cause is the engine's own exception)."""
 
 
-def vocab_size_of(system: AnySystem) -> int:
-    if isinstance(system, (FakeSystem, OpenAISystem)):
-        return system.vocab_size
-    from inferopt.config.pooled import PooledSystem
-
-    if isinstance(system, PooledSystem):  # prompts are built once for all pools: they must share a vocabulary
-        sizes = {vocab_size_of(p.system) for p in system.pools}
+def vocab_size_of(system: Any) -> int:
+    """The vocabulary prompts are drawn below: the system's declared one, its pools' shared one, or its
+    model's (`config.json`)."""
+    caps = system.capabilities
+    if caps.vocab_size is not None:
+        return caps.vocab_size
+    if caps.pools:  # prompts are built once for all pools: they must share a vocabulary
+        sizes = {vocab_size_of(p) for p in caps.pools}
         if len(sizes) != 1:
             raise ValueError(
                 f"pooled system {system.name!r}: its pools have different vocabularies {sorted(sizes)}; "
@@ -82,14 +83,12 @@ def vocab_size_of(system: AnySystem) -> int:
 
     from inferopt.model.loading import resolve_model_dir
 
-    return int(json.loads((resolve_model_dir(system.model) / "config.json").read_text())["vocab_size"])
+    return int(json.loads((resolve_model_dir(caps.model) / "config.json").read_text())["vocab_size"])
 
 
 async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
     """Per-request server timings from an engine that reports them after the stream; records replaced
-    in `result` (warm-ups too). Returns the join's summary."""
-    if not hasattr(engine, "server_timings"):
-        return {"kind": "none"}
+    in `result` (warm-ups too). Returns the join's summary (kind "none": the engine has no such timings)."""
     offset_before = result.engine_info.get("_clock_offset_s")
     records = result.warmup_records + result.records
     ids = [r.request_id for r in records if r.outcome == "ok"]
@@ -97,6 +96,8 @@ async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
         timings = await engine.server_timings(ids)
     except Exception as exc:  # noqa: BLE001 - a failed join leaves the client-side records, says why
         return {"kind": "per_request", "error": f"{type(exc).__name__}: {exc}", "n_ok": len(ids), "n_joined": 0}
+    if timings is None:
+        return {"kind": "none"}
     joined = join_server_timings(records, timings)
     nw = len(result.warmup_records)
     result.warmup_records, result.records = joined[:nw], joined[nw:]
@@ -122,9 +123,10 @@ async def _run(
     warmup: int,
     prompt_seed: int,
     wrap_engine: Callable[[Any], Any] | None = None,
+    engine_factory: EngineFactory = make_engine,
 ) -> tuple[LoadResult, dict[str, Any]]:
     try:
-        engine = make_engine(system)
+        engine = engine_factory(system)
         if wrap_engine is not None:  # e.g. a client retry policy or a scheduled fault (inferopt.validation)
             engine = wrap_engine(engine)
         await engine.start()
@@ -160,18 +162,20 @@ def run_system(
     warmup_requests: int = 0,
     prompt_seed: int = 0,
     wrap_engine: Callable[[Any], Any] | None = None,
+    engine_factory: EngineFactory = make_engine,
 ) -> MeasuredRun:
     """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
-    `wrap_engine(engine)` returns the engine the runner drives (a wrapper that delegates to it)."""
+    `engine_factory(system)` builds the engine (default `make_engine`; tests pass a fake); `wrap_engine(engine)`
+    returns the engine the runner drives (a wrapper that delegates to it)."""
     from inferopt.measure.resources import ResourceSampler, load_window
 
     sink = RecordSink(records_path) if records_path else None
     # only an engine that launches processes (vLLM, pools of them) needs its process tree scanned
-    sampler = ResourceSampler(children=not isinstance(system, (FakeSystem, HFSystem, OpenAISystem)))
+    sampler = ResourceSampler(children=system.capabilities.launches_processes)
     try:
         with sampler:
             result, join = asyncio.run(
-                _run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine)
+                _run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine, engine_factory)
             )
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
         stage = "run"

@@ -3,8 +3,8 @@ behaves: bounded attempts, the server's `Retry-After` honoured when it sends one
 backoff with full jitter — and every attempt kept.
 
 `RetryingEngine(engine, policy)` wraps any engine (the `Engine` protocol) and is driven by the load runner
-like the engine itself. For each request it calls the inner engine's `fire` (send now; HTTP engines have
-it) or `stream`; when an attempt ends in
+like the engine itself. For each request it calls the inner engine's `fire` (HTTP engines send now; the
+protocol's default streams); when an attempt ends in
 `RequestRejected` before any token arrived it waits (`retry_wait_s`) and tries again, up to
 `max_attempts`. The request's own record (written by the runner) carries the *final* outcome, with
 latency still counted from the intended send time, so the waiting shows up in TTFT (as send lag: the
@@ -122,9 +122,8 @@ class RetryingEngine:
         return {**self.inner.info(), "client_retry": vars(self.policy).copy()}
 
     def _send(self, request: GenRequest) -> AsyncIterator[Any]:
-        """One attempt's events: through the inner engine's `fire` (sends now) when it has one."""
-        fire = getattr(self.inner, "fire", None)
-        return fire(request) if fire is not None else self.inner.stream(request)
+        """One attempt's events, through the inner engine's `fire` (an HTTP engine sends now; others stream)."""
+        return self.inner.fire(request)
 
     def fire(self, request: GenRequest) -> AsyncIterator[Any]:
         """The load runner's send-now entry: the first attempt leaves at once, retries when they are due."""

@@ -194,10 +194,9 @@ class KillSwitch:
             self._handle = asyncio.get_running_loop().call_later(self.at_s, self._fire)
 
     def fire(self, request: Any) -> Any:
-        """The load runner's send-now entry (delegated to the inner engine's `fire` when it has one)."""
+        """The load runner's send-now entry, delegated to the inner engine's `fire`."""
         self._arm(request)
-        fire = getattr(self.inner, "fire", None)
-        return fire(request) if fire is not None else self.inner.stream(request)
+        return self.inner.fire(request)
 
     def stream(self, request: Any) -> Any:
         self._arm(request)
@@ -236,7 +235,7 @@ def run_node_failure(
             sc, "no nginx for the load balancer; fix: bash scripts/setup_nginx.sh (apt-get install nginx-light)"
         )
     if plan is None:
-        if not isinstance(system, VLLMSystem):
+        if not system.capabilities.replicable:
             return _failed(
                 sc,
                 f"node_failure launches replicas of a vllm system, got engine {system.engine!r}; "

@@ -23,15 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from inferopt.config import (
-    AnySystem,
-    FakeSystem,
-    HFSystem,
-    ScenarioConfig,
-    SLOConfig,
-    VLLMSystem,
-    WorkloadConfig,
-)
+from inferopt.config import AnySystem, ScenarioConfig, SLOConfig, WorkloadConfig
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
@@ -49,20 +41,14 @@ WINDOWS = 4
 
 def admission_limit_of(system: AnySystem) -> int | None:
     """The system's queue bound (None = unbounded or not ours to know)."""
-    if isinstance(system, (HFSystem, FakeSystem)):
-        return system.batching.max_queue
-    if isinstance(system, VLLMSystem):
-        return system.max_num_queued_reqs
-    return None
+    return system.capabilities.queue_bound
 
 
 def with_admission_limit(system: AnySystem, limit: int | None) -> AnySystem:
-    """`system` with its queue bound set to `limit` (None = unbounded); other systems unchanged."""
-    if isinstance(system, (HFSystem, FakeSystem)):
-        return system.model_copy(update={"batching": system.batching.model_copy(update={"max_queue": limit})})
-    if isinstance(system, VLLMSystem):
-        return system.model_copy(update={"max_num_queued_reqs": limit})
-    return system
+    """`system` with its queue bound set to `limit` (None = unbounded); a system whose bound cannot be set
+    from here (an endpoint) unchanged."""
+    bounded = system.with_queue_bound(limit)
+    return system if bounded is None else bounded
 
 
 def queue_growth(run: MeasuredRun, windows: int = WINDOWS) -> pd.DataFrame:
@@ -139,7 +125,8 @@ def run_overload(
     result = ScenarioResult(sc, run, metrics=metrics)
     growth = queue_growth(run)
     result.tables["queue_growth"] = growth
-    if limit is None and not isinstance(system, (HFSystem, FakeSystem, VLLMSystem)):
+    settable = system.capabilities.queue_bound_knob is not None
+    if limit is None and not settable:
         passed, reasons = check_slo(metrics, slo, rejections_allowed=True)
         reasons.insert(0, "a server we do not launch: run with its own admission control (bound unknown here)")
     elif limit is None:
@@ -168,7 +155,7 @@ def run_overload(
             reasons.append("note: nothing was rejected — the offered load did not exceed capacity (raise rate_scale)")
     result.reasons = reasons  # one list: the lines below append to it
     add_attempts(result, made)
-    if limit is not None and sc.compare_unbounded and isinstance(system, (HFSystem, FakeSystem, VLLMSystem)):
+    if limit is not None and sc.compare_unbounded and settable:
         free = run_system(
             with_admission_limit(system, None),
             table,

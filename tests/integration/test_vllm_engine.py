@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from inferopt.config import ModelSpec, PoissonArrivals, VLLMSystem, WorkloadConfig
+from inferopt.engines import make_engine
 from inferopt.measure import session
 from inferopt.measure.join import aggregate_join
 from inferopt.measure.phases import decomposition_check
@@ -54,20 +55,19 @@ def _system(**kw: Any) -> VLLMSystem:
     return VLLMSystem(**{**base, **kw})
 
 
-def _capture_engine(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+def _capture_engine() -> tuple[list[Any], Any]:
+    """A factory for `run_system` that keeps every engine it makes (to inspect the server afterwards)."""
     engines: list[Any] = []
-    real = session.make_engine
 
     def make(system: Any) -> Any:
-        engines.append(real(system))
+        engines.append(make_engine(system))
         return engines[-1]
 
-    monkeypatch.setattr(session, "make_engine", make)
-    return engines
+    return engines, make
 
 
-def test_poisson_run_joins_spans_and_reports_residual(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    engines = _capture_engine(monkeypatch)
+def test_poisson_run_joins_spans_and_reports_residual(tmp_path: Path) -> None:
+    engines, factory = _capture_engine()
     wl = WorkloadConfig(name="vllm-poisson", seed=3, num_requests=200, arrival=PoissonArrivals(rate_per_s=5.0))
     table = build_workload(wl)
     # a burst: 24 requests at the same instant, 10 s in, into at most 4 running + 4 waiting -> rejections
@@ -84,6 +84,7 @@ def test_poisson_run_joins_spans_and_reports_residual(tmp_path: Path, monkeypatc
         timeout_s=60,
         records_path=path,
         warmup_requests=2,
+        engine_factory=factory,
     )
     wall_s = time.monotonic() - t0
     assert not run.failed, run.error
@@ -129,10 +130,8 @@ def test_poisson_run_joins_spans_and_reports_residual(tmp_path: Path, monkeypatc
     assert engines[0].proc.poll() is not None  # the server is gone
 
 
-def test_killing_the_server_mid_run_keeps_one_record_per_request(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    engines = _capture_engine(monkeypatch)
+def test_killing_the_server_mid_run_keeps_one_record_per_request(tmp_path: Path) -> None:
+    engines, factory = _capture_engine()
     wl = WorkloadConfig(name="vllm-kill", seed=5, num_requests=120, arrival=PoissonArrivals(rate_per_s=8.0))
     table = build_workload(wl)
     path = tmp_path / "requests.jsonl"
@@ -149,7 +148,14 @@ def test_killing_the_server_mid_run_keeps_one_record_per_request(
 
     th = threading.Thread(target=killer, daemon=True)
     th.start()
-    run = session.run_system(_system(max_num_seqs=8), table, RunTags(arm="vllm-kill"), timeout_s=30, records_path=path)
+    run = session.run_system(
+        _system(max_num_seqs=8),
+        table,
+        RunTags(arm="vllm-kill"),
+        timeout_s=30,
+        records_path=path,
+        engine_factory=factory,
+    )
     ended = time.monotonic()
     th.join(timeout=5)
     assert "at" in killed, "the server was never killed (did it start?)"

@@ -10,6 +10,7 @@ import pytest
 from inferopt.ablate.plan import interleaved_order, plan_arms
 from inferopt.ablate.run import ablate
 from inferopt.config import load_config
+from inferopt.engines import make_engine
 from inferopt.verdict.decide import decide
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,18 +53,13 @@ def test_batching_helps_queue_bound_fake_load(tmp_path: Path) -> None:
     assert (tmp_path / "requests.jsonl").read_text().count("\n") == n_trials * (40 + 2)  # trials x (requests + warm-up)
 
 
-def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import inferopt.measure.session as session
-
-    real = session.make_engine
-
+def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path) -> None:
     def flaky(system):
         if system.batching.max_batch_size == 8:
             raise RuntimeError("CUDA error: out of memory (planted)")
-        return real(system)
+        return make_engine(system)
 
-    monkeypatch.setattr(session, "make_engine", flaky)
-    res = ablate(_candidate(), tmp_path)
+    res = ablate(_candidate(), tmp_path, engine_factory=flaky)
     assert res.verdicts["candidate"]["verdict"] == "failed"
     assert "out of memory (planted)" in res.verdicts["candidate"]["reasons"][0]
     ok_trials = res.trials[~res.trials["failed"]]

@@ -20,6 +20,7 @@ from inferopt.config import (
     changed_fields,
     load_config,
 )
+from inferopt.engines import make_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_BATCHING = ROOT / "configs/candidates/fake-batching.yaml"
@@ -160,21 +161,16 @@ def test_noise_flagged_when_the_aa_arm_moves(tmp_path: Path, monkeypatch: pytest
     assert any("noise suspicious" in r for r in res.verdicts["candidate"]["reasons"])
 
 
-def test_unavailable_option_is_skipped_and_a_crash_is_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import inferopt.measure.session as session
-
-    real = session.make_engine
-
+def test_unavailable_option_is_skipped_and_a_crash_is_failed(tmp_path: Path) -> None:
     def engine(system):
         if system.decode_step_ms == 6.0:
             raise ModuleNotFoundError("No module named 'flash_attn' (planted)")
         if system.prefill_base_ms == 0.5:
             raise RuntimeError("CUDA error: an illegal memory access (planted)")
-        return real(system)
+        return make_engine(system)
 
-    monkeypatch.setattr(session, "make_engine", engine)
     cand = _fast({"decode_step_ms": 6.0, "prefill_base_ms": 0.5}, ["tpot_ms_p50"], repeats=2, bootstrap_samples=500)
-    res = ablate(cand, tmp_path)
+    res = ablate(cand, tmp_path, engine_factory=engine)
     v = res.verdicts
     assert v["decode_step_ms"]["verdict"] == "skipped" and "flash_attn" in v["decode_step_ms"]["reasons"][0]
     assert v["decode_step_ms"]["error"] is None and "decode_step_ms" in res.skipped

@@ -22,6 +22,7 @@ from inferopt.config import (
     WorkloadConfig,
     load_config,
 )
+from inferopt.engines import make_engine
 from inferopt.engines.fake import FakeEngine
 from inferopt.measure.phases import phase_table
 from inferopt.measure.runner import RunTags
@@ -77,7 +78,9 @@ def _workload(n: int = 24, rate: float = 300.0, constant: bool = False, **kw) ->
     )
 
 
-def _run(system: FakeSystem, table: pd.DataFrame, warmup: int = 0, path: Path | None = None) -> MeasuredRun:
+def _run(
+    system: FakeSystem, table: pd.DataFrame, warmup: int = 0, path: Path | None = None, engine_factory=make_engine
+) -> MeasuredRun:
     run = run_system(
         system,
         table,
@@ -85,6 +88,7 @@ def _run(system: FakeSystem, table: pd.DataFrame, warmup: int = 0, path: Path | 
         timeout_s=5.0,
         records_path=path,
         warmup_requests=warmup,
+        engine_factory=engine_factory,
     )
     assert not run.failed, run.error
     return run
@@ -219,12 +223,11 @@ class _ForcedLengthEngine(FakeEngine):
         return super().stream(dataclasses.replace(request, max_new_tokens=5))
 
 
-def test_planted_engine_forcing_output_lengths_is_caught(monkeypatch) -> None:
+def test_planted_engine_forcing_output_lengths_is_caught() -> None:
     table = _workload()
     clean = _run(FakeSystem(**FAST), table)
     assert not check_outputs([_ev(clean, table)])
-    monkeypatch.setattr("inferopt.measure.session.make_engine", lambda system: _ForcedLengthEngine(system))
-    forced = _run(FakeSystem(**FAST), table)
+    forced = _run(FakeSystem(**FAST), table, engine_factory=_ForcedLengthEngine)
     findings = check_outputs([_ev(forced, table)])
     checks = {f.evidence["check"]: f for f in findings}
     assert set(checks) == {"eos_ignored_at_run", "identical_measured_lengths"}

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from inferopt.config import BatchingKnobs, ConstantArrivals, FakeSystem, LengthConfig, WorkloadConfig
-from inferopt.engines.base import FinishEvent, GenRequest, TokenEvent
+from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, TokenEvent
 from inferopt.measure.phases import concurrency_at_arrival, decomposition_check, phase_table
 from inferopt.measure.runner import RunTags, run_open_loop
 from inferopt.measure.session import run_system
@@ -64,7 +64,7 @@ def test_latency_counts_from_intended_time_not_send_time() -> None:
     assert ph["queue_ms"].iloc[-1] > ph["queue_ms"].iloc[0]
 
 
-class _BrokenEngine:
+class _BrokenEngine(EngineBase):
     """Rejects some, times out some, errors some — the runner must record all and raise nothing."""
 
     async def start(self) -> None: ...

@@ -8,13 +8,13 @@ import asyncio
 import pandas as pd
 import pytest
 
-from inferopt.engines.base import FinishEvent, GenRequest, SentEvent, TokenEvent
+from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, SentEvent, TokenEvent
 from inferopt.measure.runner import run_open_loop
 from inferopt.records import ServerTimings, now_s
 from inferopt.transport.timer import LoopTimer, PreciseTimer, make_timer
 
 
-class _ChunkyEngine:
+class _ChunkyEngine(EngineBase):
     """Says it sent each request 1 ms after stream() was called, then sends chunks of 2 and 3 tokens."""
 
     def __init__(self) -> None:

@@ -30,7 +30,7 @@ from inferopt.config import (
     WorkloadConfig,
 )
 from inferopt.config.loader import load_config
-from inferopt.engines.base import FinishEvent, GenRequest, TokenEvent
+from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, TokenEvent
 from inferopt.engines.vllm.engine import terminate_group
 from inferopt.engines.vllm.serve import serve_args, server_env, vllm_metrics
 from inferopt.measure.join import (
@@ -333,7 +333,7 @@ def test_rewrite_records_is_atomic_replace(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ run_system
 
 
-class _SpanEngine:
+class _SpanEngine(EngineBase):
     """A stub engine: answers every request with 3 tokens, and reports server timings after the stream
     (like the vllm engine's spans) for every request but the last."""
 
@@ -374,16 +374,23 @@ class _SpanEngine:
         return out
 
 
-def test_run_system_joins_per_request_and_rewrites_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_system_joins_per_request_and_rewrites_records(tmp_path: Path) -> None:
     from inferopt.measure import session
     from inferopt.measure.runner import RunTags
     from inferopt.workload import build_workload
 
     engine = _SpanEngine()
-    monkeypatch.setattr(session, "make_engine", lambda system: engine)
     table = build_workload(WorkloadConfig(name="j", num_requests=6, arrival=ConstantArrivals(rate_per_s=200)))
     path = tmp_path / "requests.jsonl"
-    run = session.run_system(FakeSystem(), table, RunTags(arm="a"), timeout_s=10, records_path=path, warmup_requests=1)
+    run = session.run_system(
+        FakeSystem(),
+        table,
+        RunTags(arm="a"),
+        timeout_s=10,
+        records_path=path,
+        warmup_requests=1,
+        engine_factory=lambda system: engine,
+    )
     assert not run.failed, run.error
     assert run.join["kind"] == "per_request" and run.join["n_ok"] == 7 and run.join["n_joined"] == 6
     assert abs(run.join["clock_drift_ms"]) < 50

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from inferopt.config import HFSystem
-from inferopt.engines.base import FinishEvent, GenRequest, RequestRejected, TokenEvent
+from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, RequestRejected, TokenEvent
 from inferopt.engines.hf.loop import GreedyBatch, greedy_generate, left_pad
 from inferopt.engines.hf.speculative import SpecCounters, prepare_draft, serve_speculative
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
@@ -123,7 +123,7 @@ class _Mailbox:
         self._drain()
 
 
-class HFEngine:
+class HFEngine(EngineBase):
     """The Engine protocol over a transformers causal LM (see module docstring)."""
 
     def __init__(

@@ -31,7 +31,6 @@ import copy
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -320,10 +319,6 @@ def serve_speculative(engine: Any, slot: Any) -> None:
 
 
 def _account(engine: Any, dec: SpeculativeDecoder) -> None:
-    """One finished request into the engine's totals: draft counters, and KV memory where the engine keeps
-    that bookkeeping (both caches at their longest: the KV that speculative serving really holds)."""
+    """One finished request into the engine's draft counters. Its KV bytes are not metered: `HFEngine.kv`
+    notes plain batches only (the `_note_kv` hook this once looked up never existed on the engine)."""
     engine.spec_counters.add(dec.stats)
-    note_kv = getattr(engine, "_note_kv", None)
-    if note_kv is not None:
-        both = SimpleNamespace(layers=[*dec.t_cache.layers, *dec.d_cache.layers])
-        note_kv(SimpleNamespace(cache=both, batch_size=1, context_len=dec.t_len))

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from inferopt.config import OpenAISystem, VLLMSystem
-from inferopt.engines.base import FinishEvent, GenRequest, SentEvent, TokenEvent
+from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, SentEvent, TokenEvent
 from inferopt.engines.vllm.serve import log_tail, serve_args, server_env, vllm_metrics
 from inferopt.records import ServerTimings
 
@@ -62,7 +62,7 @@ class VLLMStartError(RuntimeError):
     """The server did not come up; the message carries the log's tail and the log's path."""
 
 
-class VLLMEngine:
+class VLLMEngine(EngineBase):
     """`vllm serve` for one arm (see module docstring)."""
 
     def __init__(self, system: VLLMSystem, *, log_dir: str | Path | None = None) -> None:

@@ -13,13 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from inferopt.config import (
-    AnySystem,
-    CandidateConfig,
-    FakeSystem,
-    HFSystem,
-    VLLMSystem,
-)
+from inferopt.config import AnySystem, CandidateConfig
 from inferopt.verdict.lint.cheats import FORCED_LENGTH_KEYS, CheatRefused, Finding, apply_allow
 
 SHORT_OUTPUT_TOKENS = 16  # a fixed length at or below this is called "short" in the message
@@ -34,34 +28,34 @@ def _eos_findings(system: AnySystem, where: str) -> list[Finding]:
         "fix: let the engine stop at EOS (the workload's output lengths stay the per-request caps), or, for a "
         "deliberate length-controlled microbenchmark, lint.allow: [fixed_outputs] with a lint.reason"
     )
-    if isinstance(system, HFSystem) and not system.stop_at_eos:
+    caps = system.capabilities
+    if caps.stops_at_eos is False:
         return [
             Finding(
                 "fixed_outputs",
                 "refuse",
-                f"{where} system '{system.name}' (hf) has stop_at_eos: false: every output is forced to its "
-                "max_new_tokens, so output lengths are imposed, not served, and the change's effect on "
+                f"{where} system '{system.name}' ({caps.engine}) has stop_at_eos: false: every output is forced to "
+                "its max_new_tokens, so output lengths are imposed, not served, and the change's effect on "
                 f"how long answers run (and on decode cost) is hidden; {fix}",
-                {"check": "eos_ignored", "where": where, "engine": "hf", "stop_at_eos": False},
+                {"check": "eos_ignored", "where": where, "engine": caps.engine, "stop_at_eos": False},
             )
         ]
-    if isinstance(system, VLLMSystem):
-        hits = _forced_length_in_args([*system.extra_args, *(f"{k}={v}" for k, v in system.extra_env.items())])
-        if hits:
-            return [
-                Finding(
-                    "fixed_outputs",
-                    "refuse",
-                    f"{where} system '{system.name}' (vllm) forces output lengths via {hits} "
-                    f"({'/'.join(FORCED_LENGTH_KEYS)}): outputs are imposed, not served; {fix}",
-                    {"check": "eos_ignored", "where": where, "engine": "vllm", "args": hits},
-                )
-            ]
+    hits = _forced_length_in_args(caps.verbatim_args)
+    if hits:
+        return [
+            Finding(
+                "fixed_outputs",
+                "refuse",
+                f"{where} system '{system.name}' ({caps.engine}) forces output lengths via {hits} "
+                f"({'/'.join(FORCED_LENGTH_KEYS)}): outputs are imposed, not served; {fix}",
+                {"check": "eos_ignored", "where": where, "engine": caps.engine, "args": hits},
+            )
+        ]
     return []
 
 
 def _fake_note(system: AnySystem) -> list[Finding]:
-    if not isinstance(system, FakeSystem):
+    if not system.capabilities.scripted_timings:
         return []
     return [
         Finding(
