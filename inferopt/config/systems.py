@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from inferopt.config.speculative import SpeculativeDecoding
+from inferopt.model.builtin import builtin_names
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -51,10 +52,6 @@ class ModelSpec(Frozen):
     @classmethod
     def _path_exists(cls, value: str) -> str:
         if value.startswith(BUILTIN_PREFIX):
-            from inferopt.model.builtin import (
-                builtin_names,  # local: keeps this module import-light
-            )
-
             name = value[len(BUILTIN_PREFIX) :]
             if name not in builtin_names():
                 raise ValueError(

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from inferopt.config import FakeSystem, SLOConfig
-from inferopt.config.case import CaseConfig, load_case
+from inferopt.config import FakeSystem, SLOConfig, load_case
+from inferopt.config.case import CaseConfig
 from inferopt.config.pooled import Pool, PooledSystem
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import run_system
