@@ -18,9 +18,11 @@ Deliberately not here: engine code (engines own start()) and running trials (`ru
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 from inferopt.config import AnySystem, HFSystem, VLLMSystem
 from inferopt.measure.session import MeasuredRun
+from inferopt.model.loading import resolve_model_dir, sliding_window_support
 
 GPU_ONLY_ATTENTION = {
     "flash_attention_2": "flash_attn",  # attn_implementation -> the package it needs
@@ -48,8 +50,6 @@ def _cuda_available() -> bool:
 def unavailable_reason(system: AnySystem) -> str | None:
     """Why `system` cannot run on this machine, or None when nothing known stands in its way."""
     if isinstance(system, VLLMSystem):
-        from pathlib import Path
-
         python = system.python_path(Path(__file__).resolve().parents[2])
         if not python.exists():
             return f"python: {python} (vLLM's interpreter) does not exist here; fix: bash scripts/setup_vllm.sh"
@@ -77,8 +77,6 @@ def unavailable_reason(system: AnySystem) -> str | None:
         if value.startswith(prefix) and importlib.util.find_spec(package.split(".")[0]) is None:
             return f"{fld}: {value} needs the {package!r} package, not installed here; fix: pip install -e . (pyproject lists it)"
     if system.sliding_window is not None:
-        from inferopt.model.loading import resolve_model_dir, sliding_window_support
-
         why_not = sliding_window_support(resolve_model_dir(system.model))
         if why_not:
             return f"sliding_window: {system.sliding_window}: {why_not}"

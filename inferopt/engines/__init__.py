@@ -1,6 +1,6 @@
 """Engines behind one protocol (`inferopt.engines.base.Engine`) and `make_engine(system)` to pick one.
 
-Engine modules are imported lazily inside `make_engine`, so `import inferopt.engines` does not import
+The hf engine's module is imported inside `make_engine`, so `import inferopt.engines` does not import
 torch or transformers.
 
 Deliberately not here: engine logic (hf.py, fake.py, vllm.py, openai.py) and scheduling policy (scheduler.py).
@@ -9,6 +9,7 @@ Deliberately not here: engine logic (hf.py, fake.py, vllm.py, openai.py) and sch
 from __future__ import annotations
 
 from inferopt.config import AnySystem, FakeSystem, HFSystem, OpenAISystem, VLLMSystem
+from inferopt.config.pooled import PooledSystem
 from inferopt.engines.base import (
     Engine,
     FinishEvent,
@@ -16,6 +17,10 @@ from inferopt.engines.base import (
     RequestRejected,
     TokenEvent,
 )
+from inferopt.engines.fake import FakeEngine
+from inferopt.engines.openai import OpenAIEngine
+from inferopt.engines.pooled import PooledEngine
+from inferopt.engines.vllm.engine import VLLMEngine
 
 __all__ = ["Engine", "FinishEvent", "GenRequest", "RequestRejected", "TokenEvent", "make_engine"]
 
@@ -23,27 +28,17 @@ __all__ = ["Engine", "FinishEvent", "GenRequest", "RequestRejected", "TokenEvent
 def make_engine(system: AnySystem) -> Engine:
     """A not-yet-started engine for `system` (dispatch on its pydantic type)."""
     if isinstance(system, HFSystem):
-        from inferopt.engines.hf.engine import HFEngine
+        from inferopt.engines.hf.engine import HFEngine  # lazy: imports torch and transformers
 
         return HFEngine(system)
     if isinstance(system, FakeSystem):
-        from inferopt.engines.fake import FakeEngine
-
         return FakeEngine(system)
     if isinstance(system, VLLMSystem):
-        from inferopt.engines.vllm.engine import VLLMEngine
-
         return VLLMEngine(system)
     if isinstance(system, OpenAISystem):
-        from inferopt.engines.openai import OpenAIEngine
-
         return OpenAIEngine(system)
-    from inferopt.config.pooled import PooledSystem
-
     if isinstance(system, PooledSystem):
-        from inferopt.engines.pooled import PooledEngine
-
-        return PooledEngine(system)
+        return PooledEngine(system, make_engine)
     raise TypeError(
         f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem"
     )

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from inferopt.config import FakeSystem, GateSettings, HFSystem
+from inferopt.model.loading import load_system_model
 from inferopt.records import RequestRecord
 
 
@@ -73,8 +74,7 @@ def next_token_drift(base: HFSystem | FakeSystem, cand: HFSystem | FakeSystem, g
         }
     import torch
 
-    from inferopt.engines.hf.loop import greedy_generate
-    from inferopt.model.loading import load_system_model
+    from inferopt.engines.hf.loop import greedy_generate  # lazy: imports torch and transformers
 
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(base.torch_threads)

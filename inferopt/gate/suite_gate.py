@@ -35,6 +35,8 @@ from inferopt.config import (
     OpenAISystem,
     VLLMSystem,
 )
+from inferopt.gate.lmeval import run_in_memory
+from inferopt.gate.served import run_openai_served, run_vllm_served
 from inferopt.gate.sliced import (
     PRIMARY_METRIC,
     accuracy_by_slice,
@@ -42,6 +44,7 @@ from inferopt.gate.sliced import (
     compare,
     overall_status,
 )
+from inferopt.model.loading import load_system_model
 
 
 @dataclass
@@ -77,9 +80,6 @@ def run_suite(system: HFSystem, gate: GateSettings) -> Any:
     """In memory: the arm's settings on the evaluated model, loaded in this process."""
     import torch
 
-    from inferopt.gate.lmeval import run_in_memory
-    from inferopt.model.loading import load_system_model
-
     prev = torch.get_num_threads()
     torch.set_num_threads(system.torch_threads)
     try:
@@ -104,13 +104,9 @@ def evaluation_path(system: AnySystem, gate: GateSettings) -> str | None:
 def run_arm(system: AnySystem, gate: GateSettings) -> tuple[Any, str]:
     """The suite on one arm along its `evaluation_path`; returns (SuiteResult, what was evaluated, in words)."""
     if isinstance(system, VLLMSystem):
-        from inferopt.gate.served import run_vllm_served
-
         return run_vllm_served(system, gate)
     if isinstance(system, OpenAISystem):
         if gate.quality_model == "system":
-            from inferopt.gate.served import run_openai_served
-
             return run_openai_served(system, gate)
         proxy = HFSystem(name=f"{system.name}-proxy", model=ModelSpec(path=gate.quality_model))
         return run_suite(proxy, gate), (

@@ -70,6 +70,7 @@ import pandas as pd
 from inferopt.locate.evidence import confidence as _conf
 from inferopt.locate.evidence import evidence_row as _row
 from inferopt.locate.kv_rules import kv_check
+from inferopt.locate.profile import category_share, host_share, roof_work_share
 
 Cause = Literal["queueing", "compute", "bandwidth", "kv_capacity", "host_overhead", "none"]
 CAUSES: tuple[str, ...] = ("queueing", "compute", "bandwidth", "kv_capacity", "host_overhead", "none")
@@ -336,8 +337,6 @@ def _profile_check(
     phase: str, ops: pd.DataFrame | None, evidence: list[dict[str, Any]] | None
 ) -> dict[str, Any] | None:
     """The profile's host and attention shares of `phase` as evidence rows, or None without a profile."""
-    from inferopt.locate.profile import category_share, host_share, roof_work_share
-
     if ops is None or len(ops) == 0 or phase not in set(ops["phase"]):
         return None
     host = host_share(ops, phase)

@@ -20,6 +20,7 @@ Deliberately not here: deciding what to run (steps do) and tracking (tasks/ log 
 from __future__ import annotations
 
 import asyncio
+import json
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,16 +30,15 @@ from typing import Any
 import pandas as pd
 
 from inferopt.config import AnySystem, FakeSystem, HFSystem, OpenAISystem
+from inferopt.config.pooled import PooledSystem
 from inferopt.engines import make_engine
-from inferopt.measure.join import (
-    aggregate_join,
-    clock_offset_s,
-    join_server_timings,
-    rewrite_records,
-)
+from inferopt.engines.vllm.serve import vllm_metrics
+from inferopt.measure.join import aggregate_join, join_server_timings, rewrite_records
 from inferopt.measure.phases import phase_table
+from inferopt.measure.resources import ResourceSampler, load_window
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
-from inferopt.records import RecordSink, RequestRecord
+from inferopt.model.loading import resolve_model_dir
+from inferopt.records import RecordSink, RequestRecord, clock_offset_s
 
 
 @dataclass
@@ -68,8 +68,6 @@ class _StartFailed(Exception):
 def vocab_size_of(system: AnySystem) -> int:
     if isinstance(system, (FakeSystem, OpenAISystem)):
         return system.vocab_size
-    from inferopt.config.pooled import PooledSystem
-
     if isinstance(system, PooledSystem):  # prompts are built once for all pools: they must share a vocabulary
         sizes = {vocab_size_of(p.system) for p in system.pools}
         if len(sizes) != 1:
@@ -78,10 +76,6 @@ def vocab_size_of(system: AnySystem) -> int:
                 "fix: serve one model (tokenizer) in every pool"
             )
         return sizes.pop()
-    import json
-
-    from inferopt.model.loading import resolve_model_dir
-
     return int(json.loads((resolve_model_dir(system.model) / "config.json").read_text())["vocab_size"])
 
 
@@ -163,8 +157,6 @@ def run_system(
 ) -> MeasuredRun:
     """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
     `wrap_engine(engine)` returns the engine the runner drives (a wrapper that delegates to it)."""
-    from inferopt.measure.resources import ResourceSampler, load_window
-
     sink = RecordSink(records_path) if records_path else None
     # only an engine that launches processes (vLLM, pools of them) needs its process tree scanned
     sampler = ResourceSampler(children=not isinstance(system, (FakeSystem, HFSystem, OpenAISystem)))
@@ -199,8 +191,6 @@ def run_system(
     phases = phase_table(result.records)
     agg = pd.DataFrame()
     if join.get("kind") == "none" and delta:
-        from inferopt.engines.vllm.serve import vllm_metrics
-
         flat = vllm_metrics(delta) if any(k.startswith("vllm:") for k in delta) else delta
         agg = aggregate_join(phases, flat)
         if agg["server_count"].sum() > 0:

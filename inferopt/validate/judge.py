@@ -15,7 +15,9 @@ import pandas as pd
 
 from inferopt.config import ScenarioConfig, SLOConfig, WorkloadConfig
 from inferopt.config.settings import FairnessSettings
+from inferopt.engines.retrying import RetryingEngine
 from inferopt.measure.session import MeasuredRun
+from inferopt.transport.retry import RetryPolicy, attempts_frame
 from inferopt.validate.fairness import FairnessReport, fairness_report
 
 
@@ -94,7 +96,6 @@ def retry_wrapper(sc: ScenarioConfig, seed: int = 0) -> tuple[Callable[[Any], An
     (None, []) when the scenario has no retry policy."""
     if sc.retry is None:
         return None, []
-    from inferopt.transport.retry import RetryingEngine, RetryPolicy
 
     policy = RetryPolicy(**sc.retry.model_dump(), seed=seed)
     made: list[Any] = []
@@ -110,7 +111,6 @@ def add_attempts(result: ScenarioResult, made: list[Any]) -> None:
     """The retry sub-records as a table and two metrics (attempts per request, share of requests retried)."""
     if not made:
         return
-    from inferopt.transport.retry import attempts_frame
 
     att = attempts_frame([a for eng in made for a in eng.attempts])
     att = att[~att["request_id"].str.startswith("warmup-")]

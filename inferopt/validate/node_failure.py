@@ -45,10 +45,14 @@ from inferopt.config import (
     VLLMSystem,
     WorkloadConfig,
 )
+from inferopt.engines.vllm.engine import LAUNCHER, terminate_group
+from inferopt.engines.vllm.serve import serve_args, server_env
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
+from inferopt.model.loading import resolve_model_dir
 from inferopt.records import now_s, read_records
+from inferopt.transport.ports import free_port
 from inferopt.validate.failover import failover_summary, segment_table
 from inferopt.validate.judge import (
     ScenarioResult,
@@ -127,8 +131,6 @@ class ProcessReplica:
 
     def stop(self) -> None:
         if self.proc is not None:
-            from inferopt.engines.vllm.engine import terminate_group
-
             terminate_group(self.proc, grace_s=10.0)
 
 
@@ -145,10 +147,6 @@ class ReplicaPlan:
 
 def vllm_plan(system: VLLMSystem) -> ReplicaPlan:
     """Replicas of a vLLM system: its own `vllm serve` flags, no tracing, one port each."""
-    from inferopt.engines.vllm.engine import LAUNCHER, free_port
-    from inferopt.engines.vllm.serve import serve_args, server_env
-    from inferopt.model.loading import resolve_model_dir
-
     python = system.python_path(ROOT)
     if not python.exists():
         raise FileNotFoundError(f"no vLLM interpreter at {python}; fix: bash scripts/setup_vllm.sh")

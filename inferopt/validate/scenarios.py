@@ -41,6 +41,8 @@ from inferopt.validate.judge import (
     judge_fairness,
     retry_wrapper,
 )
+from inferopt.validate.node_failure import run_node_failure
+from inferopt.validate.overload import run_overload
 from inferopt.workload.arrivals import arrival_offsets_s
 from inferopt.workload.build import build_workload, workload_hash
 
@@ -109,14 +111,10 @@ def validate(
         wl = scenario_workload(workload, sc)
         table = scenario_requests(workload, sc)
         if sc.kind == "overload":
-            from inferopt.validate.overload import run_overload
-
             result = run_overload(
                 system, wl, table, sc, slo, out_dir, arm=arm, run_tag=run_tag, warmup_requests=warmup_requests
             )
         elif sc.kind == "node_failure":
-            from inferopt.validate.node_failure import run_node_failure
-
             result = run_node_failure(
                 system, wl, table, sc, slo, out_dir, arm=arm, run_tag=run_tag, warmup_requests=warmup_requests
             )

@@ -158,7 +158,7 @@ def test_node_failure_on_a_fake_engine_says_it_needs_vllm(tmp_path: Path) -> Non
 
 @pytest.mark.skipif(nginx_binary() is None, reason="no nginx; fix: bash scripts/setup_nginx.sh")
 def test_node_failure_behind_nginx_loses_no_record_and_reports_recovery(tmp_path: Path) -> None:
-    from inferopt.engines.vllm.engine import free_port
+    from inferopt.transport.ports import free_port
     from inferopt.validate.node_failure import (
         ProcessReplica,
         ReplicaPlan,
