@@ -18,8 +18,6 @@ Deliberately not here: the SLO and fairness checks themselves (`judge.py`), load
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -27,18 +25,17 @@ from inferopt.config import (
     AnySystem,
     FakeSystem,
     HFSystem,
-    ScenarioConfig,
     SLOConfig,
     VLLMSystem,
-    WorkloadConfig,
 )
-from inferopt.measure.runner import RunTags
-from inferopt.measure.session import MeasuredRun, run_system
+from inferopt.measure.session import MeasuredRun
 from inferopt.measure.slices import headline
 from inferopt.validate.judge import (
+    ScenarioLoad,
     ScenarioResult,
     add_attempts,
     check_slo,
+    failed_result,
     retry_wrapper,
 )
 
@@ -105,34 +102,14 @@ def _growth_line(growth: pd.DataFrame, label: str) -> str:
     )
 
 
-def run_overload(
-    system: AnySystem,
-    workload: WorkloadConfig,
-    table: pd.DataFrame,
-    sc: ScenarioConfig,
-    slo: SLOConfig,
-    out_dir: str | Path,
-    *,
-    arm: str,
-    run_tag: str,
-    warmup_requests: int,
-) -> ScenarioResult:
+def run_overload(system: AnySystem, load: ScenarioLoad, slo: SLOConfig) -> ScenarioResult:
+    sc = load.scenario
     limit = sc.admission_limit if sc.admission_limit is not None else admission_limit_of(system)
     bounded = with_admission_limit(system, limit) if limit is not None else system
-    records_path = Path(out_dir) / "requests.jsonl"
-    wrap, made = retry_wrapper(sc, seed=workload.seed)
-    run = run_system(
-        bounded,
-        table,
-        RunTags(run_tag=run_tag, arm=arm, scenario=sc.name),
-        timeout_s=workload.timeout_s,
-        records_path=records_path,
-        warmup_requests=warmup_requests,
-        prompt_seed=workload.seed,
-        wrap_engine=wrap,
-    )
+    wrap, made = retry_wrapper(sc, seed=load.workload.seed)
+    run = load.run(bounded, wrap_engine=wrap)
     if run.failed:
-        return ScenarioResult(sc, run, passed=False, reasons=[f"run failed: {(run.error or '').splitlines()[0]}"])
+        return failed_result(sc, run)
     metrics = headline(run.phases, run.duration_s)
     metrics["admission_limit"] = float(limit) if limit is not None else float("nan")
     result = ScenarioResult(sc, run, metrics=metrics)
@@ -168,15 +145,7 @@ def run_overload(
     result.reasons = reasons  # one list: the lines below append to it
     add_attempts(result, made)
     if limit is not None and sc.compare_unbounded and isinstance(system, (HFSystem, FakeSystem, VLLMSystem)):
-        free = run_system(
-            with_admission_limit(system, None),
-            table,
-            RunTags(run_tag=run_tag, arm=arm, scenario=f"{sc.name}-unbounded"),
-            timeout_s=workload.timeout_s,
-            records_path=records_path,
-            warmup_requests=warmup_requests,
-            prompt_seed=workload.seed,
-        )
+        free = load.run(with_admission_limit(system, None), name=f"{sc.name}-unbounded")
         result.extra_runs.append(free)
         if free.failed:
             reasons.append(f"unbounded comparison run failed: {(free.error or '').splitlines()[0]}")
