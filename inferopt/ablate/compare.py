@@ -33,6 +33,7 @@ from inferopt.stats.inference import (
     paired_bootstrap_diff,
     paired_repeat_diff_test,
     paired_repeat_test,
+    quantile,
     quantile_rows,
     sum_rows,
 )
@@ -52,16 +53,12 @@ class MetricSpec:
     tolerance: Literal["relative", "absolute"] = "relative"  # the harm bound: a fraction of the baseline, or a share
 
 
-def _q(values: np.ndarray, q: float) -> float:
-    return float(np.quantile(values, q)) if len(values) else float("nan")
-
-
 METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("ttft_ms_p50", "ttft_ms", partial(_q, q=0.5), True, "ms", quantile_rows(0.5)),
-    MetricSpec("ttft_ms_p99", "ttft_ms", partial(_q, q=0.99), True, "ms", quantile_rows(0.99)),
-    MetricSpec("tpot_ms_p50", "tpot_ms", partial(_q, q=0.5), True, "ms", quantile_rows(0.5)),
-    MetricSpec("tpot_ms_p95", "tpot_ms", partial(_q, q=0.95), True, "ms", quantile_rows(0.95)),
-    MetricSpec("e2e_ms_p99", "e2e_ms", partial(_q, q=0.99), True, "ms", quantile_rows(0.99)),
+    MetricSpec("ttft_ms_p50", "ttft_ms", partial(quantile, q=0.5), True, "ms", quantile_rows(0.5)),
+    MetricSpec("ttft_ms_p99", "ttft_ms", partial(quantile, q=0.99), True, "ms", quantile_rows(0.99)),
+    MetricSpec("tpot_ms_p50", "tpot_ms", partial(quantile, q=0.5), True, "ms", quantile_rows(0.5)),
+    MetricSpec("tpot_ms_p95", "tpot_ms", partial(quantile, q=0.95), True, "ms", quantile_rows(0.95)),
+    MetricSpec("e2e_ms_p99", "e2e_ms", partial(quantile, q=0.99), True, "ms", quantile_rows(0.99)),
     MetricSpec("output_tok_per_s", "tok_per_s_share", np.sum, False, "tok/s", sum_rows),
     MetricSpec("failure_rate", "failed", np.mean, True, "share", scale="diff", tolerance="absolute"),
     MetricSpec("slo_attainment", "slo_met", np.mean, False, "share", scale="diff", tolerance="absolute"),

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from inferopt.stats.inference import quantile
+
 SLICE_DIMS = ("input_bucket", "output_bucket", "concurrency_bucket", "cache_hit")
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms", "decode_ms")
 QUANTILES = (0.5, 0.95, 0.99)
@@ -40,7 +42,9 @@ def _bucket(values: pd.Series, edges: tuple[float, ...], names: tuple[str, ...] 
     bins = [-np.inf, *edges, np.inf]
     if names is None or len(names) != len(bins) - 1:
         labels = (
-            [f"<={edges[0]:g}"] + [f"({a:g},{b:g}]" for a, b in zip(edges, edges[1:], strict=False)] + [f">{edges[-1]:g}"]
+            [f"<={edges[0]:g}"]
+            + [f"({a:g},{b:g}]" for a, b in zip(edges, edges[1:], strict=False)]
+            + [f">{edges[-1]:g}"]
             if edges
             else ["all"]
         )
@@ -97,7 +101,7 @@ def summarize(
                             **base,
                             "metric": metric,
                             "stat": f"p{int(q * 100)}",
-                            "value": float(np.quantile(vals, q)) if len(vals) else float("nan"),
+                            "value": quantile(vals, q),
                             "unit": "ms",
                         }
                     )
@@ -131,7 +135,7 @@ def headline(phases: pd.DataFrame, duration_s: float) -> dict[str, float]:
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms"):
         vals = ok[metric].dropna().to_numpy(float)
         for q in QUANTILES:
-            out[f"{metric}_p{int(q * 100)}"] = float(np.quantile(vals, q)) if len(vals) else float("nan")
+            out[f"{metric}_p{int(q * 100)}"] = quantile(vals, q)
     for outcome in ("ok", "timeout", "rejected", "error"):
         out[f"{outcome}_rate"] = float((phases["outcome"] == outcome).mean()) if len(phases) else float("nan")
     out.update(throughput(phases, duration_s))

@@ -66,10 +66,15 @@ def sum_rows(matrix: np.ndarray) -> np.ndarray:
     return np.nansum(matrix, axis=1)
 
 
-def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
-    """The q-th percentile (q in 0..100, linear interpolation) of the finite values; NaN when none."""
+def quantile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """The q-quantile (q in 0..1, linear interpolation as `np.quantile`) of the finite values; NaN when none."""
     arr = _finite(values)
-    return float(np.percentile(arr, q)) if arr.size else math.nan
+    return float(np.quantile(arr, q)) if arr.size else math.nan
+
+
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """The q-th percentile (q in 0..100, linear interpolation: `np.percentile`) of the finite values; NaN when none."""
+    return quantile(values, q / 100.0)  # np.percentile is np.quantile at q / 100
 
 
 def percentile_fn(q: float) -> StatFn:

@@ -30,6 +30,7 @@ from inferopt.config import (
 )
 from inferopt.measure.session import MeasuredRun
 from inferopt.measure.slices import headline
+from inferopt.stats.inference import quantile
 from inferopt.validate.judge import (
     ScenarioLoad,
     ScenarioResult,
@@ -84,8 +85,8 @@ def queue_growth(run: MeasuredRun, windows: int = WINDOWS) -> pd.DataFrame:
                 "ok": int((g["outcome"] == "ok").sum()),
                 "rejected": int((g["outcome"] == "rejected").sum()),
                 "timeout": int((g["outcome"] == "timeout").sum()),
-                "ttft_ms_p50": float(np.quantile(ok, 0.5)) if len(ok) else float("nan"),
-                "ttft_ms_p99": float(np.quantile(ok, 0.99)) if len(ok) else float("nan"),
+                "ttft_ms_p50": quantile(ok, 0.5),
+                "ttft_ms_p99": quantile(ok, 0.99),
                 "in_flight_median": float(g["concurrency"].median()) if len(g) else float("nan"),
                 "in_flight_max": float(g["concurrency"].max()) if len(g) else float("nan"),
             }
