@@ -30,7 +30,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from inferopt.config.case import CaseConfig, load_case  # noqa: E402
+from inferopt.config import load_case  # noqa: E402
+from inferopt.config.case import CaseConfig  # noqa: E402
 from inferopt.validate.case_study import (  # noqa: E402
     case_json,
     case_requests,

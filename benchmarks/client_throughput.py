@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from inferopt.transport.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 GUIDELLM_VENV = ROOT / ".venv-guidellm"
 TOKENIZER_DIR = ROOT / ".cache" / "models" / "tiny-llama"
@@ -157,14 +159,8 @@ def serve(port: int) -> None:
     uvloop.run(main())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server() -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
     deadline = time.time() + 20
     while time.time() < deadline:

@@ -49,7 +49,7 @@ from prefect import flow  # noqa: E402
 
 from inferopt.ablate.dispatch import run_arm_trials, trial_config  # noqa: E402
 from inferopt.ablate.regression import ACCEPTED, compare_to_accepted, trials_from_ablation, trials_from_runs  # noqa: E402
-from inferopt.config import CandidateConfig  # noqa: E402
+from inferopt.config import CandidateConfig, set_dotted  # noqa: E402
 from inferopt.measure.slices import headline  # noqa: E402
 from inferopt.measure.slo import RequestSLO  # noqa: E402
 from tasks.tracking import DEFAULT_EXPERIMENT, Tracker, tracking_uri  # noqa: E402
@@ -115,16 +115,6 @@ def accept_run(client: MlflowClient, run_id: str, by: str = "", reason: str = ""
     return previous if previous != run_id else None
 
 
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            raise ValueError(f"overrides: {dotted!r}: {part!r} is not a section of the accepted candidate")
-        node = node[part]
-    node[parts[-1]] = value
-
-
 def load_accepted(
     client: MlflowClient, run_id: str, overrides: dict[str, Any] | None
 ) -> tuple[CandidateConfig, pd.DataFrame]:
@@ -132,7 +122,7 @@ def load_accepted(
     with tempfile.TemporaryDirectory(prefix="inferopt-accepted-") as tmp:
         resolved = json.loads(Path(client.download_artifacts(run_id, "candidate.resolved.json", tmp)).read_text())
         for dotted, value in (overrides or {}).items():
-            _set_dotted(resolved, dotted, value)
+            set_dotted(resolved, dotted, value, what="the accepted candidate")
         cfg = trial_config(resolved)
         children = client.search_runs(
             [client.get_run(run_id).info.experiment_id],

@@ -26,7 +26,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the op profile in locate: no U
 
 from prefect import flow, task  # noqa: E402
 
-from inferopt.config import CandidateConfig, load_config  # noqa: E402
+from inferopt.config import CandidateConfig, ConfigError, load_config  # noqa: E402
 from inferopt.verdict.lint import CheatRefused, refuse_cheats  # noqa: E402
 from tasks.ablate import ablate_task  # noqa: E402
 from tasks.gate import gate_task  # noqa: E402
@@ -137,8 +137,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--set {item!r}: expected FIELD=VALUE")
         overrides[key] = yaml.safe_load(value)
     # fail on a bad config before Prefect or any model starts
-    from inferopt.config import ConfigError
-
     try:
         refuse_cheats(load_config(args.candidate, kind="candidate", **overrides))
     except CheatRefused as exc:

@@ -32,6 +32,11 @@ def now_s() -> float:
     return _EPOCH_ANCHOR + time.perf_counter()
 
 
+def clock_offset_s() -> float:
+    """time.time() - now_s(): add to a `now_s()` time to get wall-clock epoch seconds."""
+    return time.time() - now_s()
+
+
 @dataclass
 class ServerTimings:
     """What the engine itself saw for one request (server side). None = that phase never happened."""

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,12 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from inferopt.report.html import build_report  # noqa: E402
+from inferopt.report.rundir import load_run_dir  # noqa: E402
+from inferopt.transport.ports import free_port  # noqa: E402
+
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -108,12 +113,6 @@ def crop_to_content(png: Path) -> None:
     rows = np.where((np.abs(a - background).sum(axis=2) > 24).any(axis=1))[0]
     if len(rows):
         im.crop((0, 0, im.width, min(im.height, int(rows.max()) + 24))).save(png)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tracking_uri() -> str:
@@ -202,10 +201,6 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = resolve_run_dir(args.run, Path(args.results_root)).resolve()
     report = run_dir / "report.html"
     if not report.exists():  # an older run: build its report from the directory
-        sys.path.insert(0, str(ROOT))
-        from inferopt.report.html import build_report
-        from inferopt.report.rundir import load_run_dir
-
         report.write_text(build_report(load_run_dir(run_dir)), encoding="utf-8")
     out = Path(args.out) if args.out else run_dir / "screenshots"
     shots: dict[str, Path] = {}

@@ -17,12 +17,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Literal
+from typing import Callable, Literal, get_args
 
 import numpy as np
 import pandas as pd
 
 from inferopt.ablate.interaction import interaction_bootstrap, interaction_repeat_test
+from inferopt.config.settings import PairedTest
 from inferopt.measure.slo import RequestSLO
 from inferopt.stats.inference import (
     Effect,
@@ -33,6 +34,7 @@ from inferopt.stats.inference import (
     paired_bootstrap_diff,
     paired_repeat_diff_test,
     paired_repeat_test,
+    quantile,
     quantile_rows,
     sum_rows,
 )
@@ -52,16 +54,12 @@ class MetricSpec:
     tolerance: Literal["relative", "absolute"] = "relative"  # the harm bound: a fraction of the baseline, or a share
 
 
-def _q(values: np.ndarray, q: float) -> float:
-    return float(np.quantile(values, q)) if len(values) else float("nan")
-
-
 METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("ttft_ms_p50", "ttft_ms", partial(_q, q=0.5), True, "ms", quantile_rows(0.5)),
-    MetricSpec("ttft_ms_p99", "ttft_ms", partial(_q, q=0.99), True, "ms", quantile_rows(0.99)),
-    MetricSpec("tpot_ms_p50", "tpot_ms", partial(_q, q=0.5), True, "ms", quantile_rows(0.5)),
-    MetricSpec("tpot_ms_p95", "tpot_ms", partial(_q, q=0.95), True, "ms", quantile_rows(0.95)),
-    MetricSpec("e2e_ms_p99", "e2e_ms", partial(_q, q=0.99), True, "ms", quantile_rows(0.99)),
+    MetricSpec("ttft_ms_p50", "ttft_ms", partial(quantile, q=0.5), True, "ms", quantile_rows(0.5)),
+    MetricSpec("ttft_ms_p99", "ttft_ms", partial(quantile, q=0.99), True, "ms", quantile_rows(0.99)),
+    MetricSpec("tpot_ms_p50", "tpot_ms", partial(quantile, q=0.5), True, "ms", quantile_rows(0.5)),
+    MetricSpec("tpot_ms_p95", "tpot_ms", partial(quantile, q=0.95), True, "ms", quantile_rows(0.95)),
+    MetricSpec("e2e_ms_p99", "e2e_ms", partial(quantile, q=0.99), True, "ms", quantile_rows(0.99)),
     MetricSpec("output_tok_per_s", "tok_per_s_share", np.sum, False, "tok/s", sum_rows),
     MetricSpec("failure_rate", "failed", np.mean, True, "share", scale="diff", tolerance="absolute"),
     MetricSpec("slo_attainment", "slo_met", np.mean, False, "share", scale="diff", tolerance="absolute"),
@@ -176,6 +174,14 @@ def _power_columns(spec: MetricSpec, eff: Effect, alpha: float, tolerance: float
     }
 
 
+PAIRED_TESTS: tuple[str, ...] = get_args(PairedTest)  # the `test` of compare_arms and interaction_table
+
+
+def _known_test(test: str) -> None:
+    if test not in PAIRED_TESTS:
+        raise ValueError(f"unknown test {test!r}; fix: repeat_t or two_level_bootstrap")
+
+
 def compare_arms(
     trials: pd.DataFrame,
     baseline: str,
@@ -184,7 +190,7 @@ def compare_arms(
     alpha: float,
     seed: int = 0,
     n_boot: int = 2000,
-    test: str = "repeat_t",
+    test: PairedTest = "repeat_t",
     targets: tuple[str, ...] = (),
     metrics: tuple[MetricSpec, ...] = ALL_METRICS,
     context: RequestSLO = RequestSLO(),  # noqa: B008 - frozen
@@ -201,6 +207,7 @@ def compare_arms(
     metric is in it (the nightly). Harm family: every metric, one-sided — is the arm worse than the baseline by
     more than the tolerance (`harm_tolerance` relative; `harm_tolerance_abs` for share metrics; `tolerances`
     per metric) — Holm at `alpha`. Each family's family-wise error stays <= alpha."""
+    _known_test(test)
     rows = []
     tolerances = tolerances or {}
     for i, spec in enumerate(m for m in metrics if _has_data(trials, (baseline, arm), m)):
@@ -209,12 +216,10 @@ def compare_arms(
         if test == "repeat_t":
             fn = paired_repeat_diff_test if spec.scale == "diff" else paired_repeat_test
             eff = fn(a_vals, b_vals, spec.stat, alpha=alpha, metric=spec.name)
-        elif test == "two_level_bootstrap":
+        else:
             eff = paired_bootstrap_diff(
                 a_vals, b_vals, spec.stat, n_boot=n_boot, alpha=alpha, seed=seed + i, row_stat=spec.row_stat
             )
-        else:
-            raise ValueError(f"unknown test {test!r}; fix: repeat_t or two_level_bootstrap")
         tol = tolerances.get(spec.name, harm_tolerance_abs if spec.tolerance == "absolute" else harm_tolerance)
         rows.append(_effect_row(arm, baseline, spec, eff, test, alpha) | _power_columns(spec, eff, alpha, tol, tol))
     return _judge_families(pd.DataFrame(rows), targets, alpha)
@@ -332,7 +337,7 @@ def interaction_table(
     alpha: float,
     seed: int = 0,
     n_boot: int = 2000,
-    test: str = "repeat_t",
+    test: PairedTest = "repeat_t",
 ) -> pd.DataFrame:
     """For each target metric: the combined arm's ratio against the product of the single-change arms'
     ratios (all of them: the combined arm carries every change), with a bootstrap CI of observed/predicted.
@@ -341,6 +346,7 @@ def interaction_table(
     `triggered` = at least two of them (SPEC A1: two changes that each help — is the combined gain their
     product, or do they overlap / compound?). `significant` is Holm-adjusted across the rows;
     `flagged` = triggered and significant: an interaction larger than the noise."""
+    _known_test(test)
     rows = []
     eff = effects.set_index(["arm", "metric"]) if len(effects) else None
     for i, name in enumerate(target_metrics):

@@ -7,19 +7,21 @@ differences instead.
 `interaction_bootstrap` resamples trials then requests. Both return an `Interaction`: observed vs predicted
 ratio, their quotient (the interaction, 1 = none) with its interval and p-value.
 
-Deliberately not here: the generic bootstrap / t machinery (`stats.py`) and tables (`ablation/compare.py`).
+Deliberately not here: the generic bootstrap / t machinery and the per-repeat statistics both tests share
+(`inferopt.stats.inference`), and tables (`compare.py`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from inferopt.stats.inference import (
+    PairedResult,
     RowStat,
     StatFn,
     _finite,
@@ -27,11 +29,14 @@ from inferopt.stats.inference import (
     _resample_rows,
     _resample_within,
     _t_interval,
+    bootstrap_p,
+    repeat_stats,
+    stat_name,
 )
 
 
 @dataclass(frozen=True)
-class Interaction:
+class Interaction(PairedResult):
     """Do k changes compose multiplicatively? `observed_ratio` = combined / baseline; `predicted_ratio` =
     the product of each single change's ratio (the log-additive model: independent changes multiply a
     latency or a throughput); `interaction` = observed / predicted with its (1 - alpha) bootstrap CI and the
@@ -49,12 +54,16 @@ class Interaction:
     alpha: float = 0.05
     n_boot: int = 0
 
-    @property
-    def significant(self) -> bool:
-        return self.lo > 1.0 or self.hi < 1.0
+    NO_EFFECT = 1.0  # observed = predicted: the changes compose as the model says
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def interval(self) -> tuple[float, float]:
+        return self.lo, self.hi
+
+    @classmethod
+    def untested(cls, metric: str, k: int, alpha: float, n_boot: int = 0) -> Interaction:
+        """No data to test (an arm without values, fewer than 2 repeats or no single arm): every number NaN."""
+        nan = math.nan
+        return cls(metric, nan, nan, tuple([nan] * k), nan, nan, nan, nan, alpha, n_boot)
 
 
 def interaction_bootstrap(
@@ -76,11 +85,11 @@ def interaction_bootstrap(
     every arm ran in the same interleaved repeat — then requests within trials). NaN when a value is <= 0."""
     groups = [[_finite(t) for t in g] for g in (base_trials, *single_trials, combined_trials)]
     groups = [[t for t in g if t.size] for g in groups]
-    name = metric or getattr(stat_fn, "__name__", "stat")
+    name = stat_name(stat_fn, metric)
     k = len(single_trials)
     nan = math.nan
     if any(not g for g in groups) or k < 1:
-        return Interaction(name, nan, nan, tuple([nan] * k), nan, nan, nan, nan, alpha, n_boot)
+        return Interaction.untested(name, k, alpha, n_boot)
 
     def log_terms(values: list[float]) -> tuple[float, float, list[float]]:
         if any(not (v > 0) for v in values):
@@ -115,11 +124,7 @@ def interaction_bootstrap(
             inter[i] = o - p_
     lo, hi = _quantiles(inter, alpha)
     finite = inter[np.isfinite(inter)]
-    if finite.size:
-        below, above = int(np.sum(finite <= 0)), int(np.sum(finite >= 0))
-        p = min(1.0, 2.0 * (min(below, above) + 1) / (finite.size + 1))
-    else:
-        p = nan
+    p = bootstrap_p(finite, finite.size) if finite.size else nan
     return Interaction(
         name,
         math.exp(obs),
@@ -150,19 +155,11 @@ def interaction_repeat_test(
     `additive`: for a metric that is a sum of parts the changes act on separately (memory: weight bytes + KV
     bytes), no interaction means the changes' differences add up, predicted ratio 1 + sum_i (r_i - 1), not
     their product (int8 weights x0.31 and a 4-bit KV cache x0.95 of peak memory predict x0.26, not x0.30)."""
-    name = metric or getattr(stat_fn, "__name__", "stat")
+    name = stat_name(stat_fn, metric)
     k = len(single_trials)
-    nan = math.nan
     groups = [[_finite(t) for t in g] for g in (base_trials, *single_trials, combined_trials)]
-    n = min(len(g) for g in groups) if groups else 0
     obs, pred, singles = [], [], []
-    for r in range(n):
-        cells = [g[r] for g in groups]
-        if any(not c.size for c in cells):
-            continue
-        vals = [float(stat_fn(c)) for c in cells]
-        if any(not (v > 0) for v in vals):
-            continue
+    for vals in repeat_stats(groups, stat_fn):
         lb, *ls, lc = (math.log(v) for v in vals)
         predicted = _predicted_log(np.asarray([x - lb for x in ls]), additive)
         if not math.isfinite(predicted):
@@ -171,7 +168,7 @@ def interaction_repeat_test(
         singles.append([x - lb for x in ls])
         pred.append(predicted)
     if len(obs) < 2 or k < 1:
-        return Interaction(name, nan, nan, tuple([nan] * k), nan, nan, nan, nan, alpha, 0)
+        return Interaction.untested(name, k, alpha)
     inter = np.asarray(obs) - np.asarray(pred)
     lo, mean, hi, p = _t_interval(inter, alpha)
     single_means = np.mean(np.asarray(singles), axis=0)

@@ -9,15 +9,16 @@ strategies measured on it, then one chosen.
   (pool name -> tenants + `baseline` + `changes`): a pooled deployment routed by tenant
   (`inferopt.config.pooled.PooledSystem`).
 
-`load_case(path)` is `load_config(path, kind="case")` (a file with `strategies` is detected as a case): the
-same file references (`workload:`, `slo:`, `baseline:` may be a relative `.yaml` path) and the same errors.
+`inferopt.config.load_case(path)` is `load_config(path, kind="case")` (a file with `strategies` is detected as a
+case): the same file references (`workload:`, `slo:`, `baseline:` may be a relative `.yaml` path) and the same
+errors.
 
-Deliberately not here: building the request table, running or deciding (`inferopt.validate.case_study`).
+Deliberately not here: reading files (`loader.py`), building the request table, running or deciding
+(`inferopt.validate.case_study`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, NonNegativeInt, model_validator
@@ -32,7 +33,7 @@ from inferopt.config.models import (
 )
 from inferopt.config.pooled import Pool, PooledSystem
 
-__all__ = ["CaseConfig", "CasePool", "CaseStrategy", "CaseTenant", "load_case"]
+__all__ = ["CaseConfig", "CasePool", "CaseStrategy", "CaseTenant"]
 
 
 class CaseTenant(Frozen):
@@ -131,11 +132,3 @@ class CaseConfig(Frozen):
     @property
     def interactive_tenants(self) -> tuple[str, ...]:
         return tuple(n for n, t in self.tenants.items() if t.interactive)
-
-
-def load_case(path: str | Path, **overrides: Any) -> CaseConfig:
-    """Read and validate a case YAML (`load_config(path, kind="case")`); raises `ConfigError` naming the
-    file, the field and the fix."""
-    from inferopt.config.loader import load_config
-
-    return load_config(path, kind="case", **overrides)

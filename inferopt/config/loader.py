@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from inferopt.config.case import CaseConfig
 from inferopt.config.models import (
     BUILTIN_PREFIX,
     CandidateConfig,
@@ -119,8 +120,6 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
 
 
 def _unwrap(annotation: Any) -> Any:
-    from typing import get_args
-
     args = [a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
     if args:
         return args if len(args) > 1 else args[0]
@@ -181,11 +180,7 @@ def load_config(path: str | Path, kind: str | None = None, **overrides: Any) -> 
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     data = _resolve_refs(raw, path.resolve().parent, (path.resolve(),))
     for dotted, value in overrides.items():
-        node = data
-        parts = dotted.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
+        set_dotted(data, dotted, value)
     kind = kind or detect_kind(data)
     if kind == "system":
         adapter = TypeAdapter(SystemConfig)
@@ -194,9 +189,7 @@ def load_config(path: str | Path, kind: str | None = None, **overrides: Any) -> 
         except ValidationError as exc:
             member = HFSystem if data.get("engine") == "hf" else FakeSystem
             raise ConfigError(format_validation_error(exc, path, member)) from None
-    if kind == "case":  # the seed's case study (inferopt.config.case), imported only when asked for
-        from inferopt.config.case import CaseConfig
-
+    if kind == "case":  # the seed's case study (inferopt.config.case)
         try:
             return CaseConfig.model_validate(data)
         except ValidationError as exc:
@@ -208,3 +201,24 @@ def load_config(path: str | Path, kind: str | None = None, **overrides: Any) -> 
         return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, path, model)) from None
+
+
+def load_case(path: str | Path, **overrides: Any) -> CaseConfig:
+    """Read and validate a case YAML (`load_config(path, kind="case")`); raises `ConfigError` naming the
+    file, the field and the fix."""
+    return load_config(path, kind="case", **overrides)
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any, *, what: str | None = None) -> None:
+    """`data["a"]["b"]["c"] = value` for `dotted` "a.b.c", in place. Missing sections are created, unless `what`
+    names the document: then a part that is not a section raises ValueError naming it."""
+    node = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if what is None:
+            node = node.setdefault(part, {})
+            continue
+        if not isinstance(node.get(part), dict):
+            raise ValueError(f"overrides: {dotted!r}: {part!r} is not a section of {what}")
+        node = node[part]
+    node[parts[-1]] = value

@@ -19,6 +19,8 @@ from pydantic import (
 
 from inferopt.config.systems import Frozen
 
+PairedTest = Literal["repeat_t", "two_level_bootstrap"]  # how an ablation tests an arm against the baseline
+
 # The ablation's metrics by name (their definitions: `inferopt.ablate.compare.ALL_METRICS`, which a test keeps
 # equal to this list): targets, harm tolerances and the nightly name them.
 METRIC_NAMES: tuple[str, ...] = (
@@ -61,7 +63,7 @@ class AblationSettings(Frozen):
         default=3, description="trials per arm (fixed design), interleaved in seeded random order"
     )
     seed: int = 0
-    test: Literal["repeat_t", "two_level_bootstrap"] = Field(
+    test: PairedTest = Field(
         default="repeat_t",
         description="repeat_t: paired t-test over repeats on per-trial log ratios (the repeat is the unit); "
         "two_level_bootstrap: resample repeats then requests (anti-conservative with few repeats)",

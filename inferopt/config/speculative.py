@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
+from inferopt.model.builtin import builtin_names
+
 LAYERS_RE = re.compile(r"^layers:(\d+)$")
 
 
@@ -38,8 +40,6 @@ class SpeculativeDecoding(BaseModel):
                 )
             return value
         if value.startswith("builtin:"):
-            from inferopt.model.builtin import builtin_names
-
             if value.removeprefix("builtin:") not in builtin_names():
                 raise ValueError(
                     f"draft_model {value!r}: unknown builtin; fix: one of "

@@ -28,6 +28,7 @@ from pydantic import (
 
 from inferopt.config.capabilities import Capabilities, KVBudget, Speculation
 from inferopt.config.speculative import SpeculativeDecoding
+from inferopt.model.builtin import builtin_names
 
 BUILTIN_PREFIX = "builtin:"
 VLLM_DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default when max_num_seqs is unset
@@ -64,10 +65,6 @@ class ModelSpec(Frozen):
     @classmethod
     def _path_exists(cls, value: str) -> str:
         if value.startswith(BUILTIN_PREFIX):
-            from inferopt.model.builtin import (
-                builtin_names,  # local: keeps this module import-light
-            )
-
             name = value[len(BUILTIN_PREFIX) :]
             if name not in builtin_names():
                 raise ValueError(

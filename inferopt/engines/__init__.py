@@ -1,7 +1,7 @@
 """Engines behind one protocol (`inferopt.engines.base.Engine`), `make_engine(system)` to pick one, and
 `unavailable_reason(system)`: what an engine's options need that this machine lacks (each engine's own check).
 
-Engine modules are imported lazily inside `make_engine`, so `import inferopt.engines` does not import
+The hf engine's module is imported inside `make_engine`, so `import inferopt.engines` does not import
 torch or transformers.
 
 Deliberately not here: engine logic (hf/, vllm/, fake.py, openai.py, pooled.py) and scheduling policy
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inferopt.config import AnySystem, FakeSystem, HFSystem, OpenAISystem, VLLMSystem
+from inferopt.config.pooled import PooledSystem
 from inferopt.engines.base import (
     Engine,
     EngineBase,
@@ -22,8 +23,12 @@ from inferopt.engines.base import (
     RequestRejected,
     TokenEvent,
 )
+from inferopt.engines.fake import FakeEngine
 from inferopt.engines.hf import availability as hf_availability
+from inferopt.engines.openai import OpenAIEngine
+from inferopt.engines.pooled import PooledEngine
 from inferopt.engines.vllm import availability as vllm_availability
+from inferopt.engines.vllm.engine import VLLMEngine
 
 __all__ = [
     "Engine",
@@ -43,27 +48,17 @@ EngineFactory = Callable[[Any], Engine]  # a system -> a not-yet-started engine 
 def make_engine(system: AnySystem) -> Engine:
     """A not-yet-started engine for `system` (dispatch on its pydantic type)."""
     if isinstance(system, HFSystem):
-        from inferopt.engines.hf.engine import HFEngine
+        from inferopt.engines.hf.engine import HFEngine  # lazy: imports torch and transformers
 
         return HFEngine(system)
     if isinstance(system, FakeSystem):
-        from inferopt.engines.fake import FakeEngine
-
         return FakeEngine(system)
     if isinstance(system, VLLMSystem):
-        from inferopt.engines.vllm.engine import VLLMEngine
-
         return VLLMEngine(system)
     if isinstance(system, OpenAISystem):
-        from inferopt.engines.openai import OpenAIEngine
-
         return OpenAIEngine(system)
-    from inferopt.config.pooled import PooledSystem
-
     if isinstance(system, PooledSystem):
-        from inferopt.engines.pooled import PooledEngine
-
-        return PooledEngine(system)
+        return PooledEngine(system, make_engine)
     raise TypeError(
         f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem"
     )

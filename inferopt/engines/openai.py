@@ -47,6 +47,7 @@ from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, RequestRe
 from inferopt.records import ServerTimings
 from inferopt.transport.http1 import ConnectionFailed, ConnectionPool, Endpoint, ResponseStream, encode_request
 from inferopt.transport.prometheus import scrape
+from inferopt.transport.retry import parse_retry_after_s
 from inferopt.transport.sse import SSEParser
 
 REJECT_CODES = frozenset({429, 503})
@@ -238,8 +239,6 @@ class OpenAIEngine(EngineBase):
                 except ConnectionFailed:
                     text = ""
                 if resp.status in REJECT_CODES:
-                    from inferopt.transport.retry import parse_retry_after_s
-
                     after = next((v.decode("latin-1") for k, v in resp.headers if k.lower() == b"retry-after"), None)
                     raise RequestRejected(f"HTTP {resp.status}: {text}", parse_retry_after_s(after))
                 hint = (

@@ -15,9 +15,10 @@ Deliberately not here: the routing rule (`inferopt.config.pooled`) or any engine
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from inferopt.config import AnySystem
 from inferopt.config.pooled import PooledSystem
 from inferopt.engines.base import Engine, EngineBase, FinishEvent, GenRequest, SentEvent, TokenEvent
 from inferopt.records import ServerTimings
@@ -26,11 +27,9 @@ __all__ = ["PooledEngine"]
 
 
 class PooledEngine(EngineBase):
-    """Routes each request to its tenant's pool (see module docstring)."""
+    """Routes each request to its tenant's pool (see module docstring); `make_engine` makes each pool's engine."""
 
-    def __init__(self, system: PooledSystem) -> None:
-        from inferopt.engines import make_engine
-
+    def __init__(self, system: PooledSystem, make_engine: Callable[[AnySystem], Engine]) -> None:
         self.system = system
         self.engines: dict[str, Engine] = {p.name: make_engine(p.system) for p in system.pools}
         self._served_by: dict[str, str] = {}  # request id -> pool name

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from inferopt.config import AnySystem, GateSettings
+from inferopt.model.loading import load_system_model
 from inferopt.records import RequestRecord
 
 
@@ -74,8 +75,7 @@ def next_token_drift(base: AnySystem, cand: AnySystem, gate: GateSettings) -> di
         }
     import torch
 
-    from inferopt.engines.hf.loop import greedy_generate
-    from inferopt.model.loading import load_system_model
+    from inferopt.engines.hf.loop import greedy_generate  # lazy: imports torch and transformers
 
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(base.capabilities.cpu_threads)

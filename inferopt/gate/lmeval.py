@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import math
 import os
 import sys
@@ -47,8 +48,6 @@ class SuiteResult:
 
 
 def _offline_env() -> None:
-    import logging
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from inferopt.config import GateSettings, ModelSpec, OpenAISystem, VLLMSystem
-from inferopt.gate.lmeval import SuiteResult
+from inferopt.engines.vllm.engine import VLLMEngine
+from inferopt.gate.lmeval import SuiteResult, run_served
+from inferopt.model.loading import resolve_model_dir
 
 EVAL_CONCURRENCY = 16  # lm-eval requests in flight (at most the arm's max_num_seqs): the server batches them (240 docs in 63 s on 2 loaded cores)
 
@@ -46,8 +48,6 @@ def quality_system(
 ) -> tuple[VLLMSystem, list[str]]:
     """The arm as the suite serves it (see module docstring) and what was changed, in words. Pure given
     `model_dir` (the evaluated model's directory; resolved from the config when None)."""
-    from inferopt.model.loading import resolve_model_dir
-
     notes: list[str] = []
     update: dict[str, Any] = {"tracing": False, "max_num_queued_reqs": None, "name": f"{system.name}-quality"}
     model = system.model if gate.quality_model == "system" else ModelSpec(path=gate.quality_model)
@@ -65,9 +65,6 @@ def quality_system(
 async def _serve_and_run(
     system: VLLMSystem, gate: GateSettings, tokenizer_dir: str
 ) -> tuple[SuiteResult, dict[str, Any]]:
-    from inferopt.engines.vllm.engine import VLLMEngine
-    from inferopt.gate.lmeval import run_served
-
     engine = VLLMEngine(system)
     try:
         await engine.start()
@@ -90,8 +87,6 @@ async def _serve_and_run(
 def run_vllm_served(system: VLLMSystem, gate: GateSettings) -> tuple[SuiteResult, str]:
     """Launch the arm's server on the quality model, run the suite, stop it. Returns the result and a
     description of what was evaluated (for the gate's output). Raises when the server does not start."""
-    from inferopt.model.loading import resolve_model_dir
-
     model = system.model if gate.quality_model == "system" else ModelSpec(path=gate.quality_model)
     model_dir = resolve_model_dir(model)
     qsys, notes = quality_system(system, gate, model_dir)
@@ -107,8 +102,6 @@ def run_vllm_served(system: VLLMSystem, gate: GateSettings) -> tuple[SuiteResult
 def run_openai_served(system: OpenAISystem, gate: GateSettings) -> tuple[SuiteResult, str]:
     """The suite against an external endpoint as configured (its own model; no tokenizer is known here, so
     the endpoint's `/tokenize` is used when it has one)."""
-    from inferopt.gate.lmeval import run_served
-
     if system.api != "completions":
         raise ValueError(f"the quality suite needs /v1/completions; system {system.name!r} has api: {system.api}")
     result = run_served(

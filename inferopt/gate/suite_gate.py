@@ -28,6 +28,8 @@ from typing import Any
 import pandas as pd
 
 from inferopt.config import AnySystem, GateSettings, HFSystem, ModelSpec
+from inferopt.gate.lmeval import run_in_memory
+from inferopt.gate.served import run_openai_served, run_vllm_served
 from inferopt.gate.sliced import (
     PRIMARY_METRIC,
     accuracy_by_slice,
@@ -35,6 +37,7 @@ from inferopt.gate.sliced import (
     compare,
     overall_status,
 )
+from inferopt.model.loading import load_system_model
 
 
 @dataclass
@@ -70,9 +73,6 @@ def run_suite(system: HFSystem, gate: GateSettings) -> Any:
     """In memory: the arm's settings on the evaluated model, loaded in this process."""
     import torch
 
-    from inferopt.gate.lmeval import run_in_memory
-    from inferopt.model.loading import load_system_model
-
     prev = torch.get_num_threads()
     torch.set_num_threads(system.torch_threads)
     try:
@@ -99,13 +99,9 @@ def run_arm(system: AnySystem, gate: GateSettings) -> tuple[Any, str]:
     """The suite on one arm along its `evaluation_path`; returns (SuiteResult, what was evaluated, in words)."""
     kind = system.capabilities.quality_eval
     if kind == "served":  # a server we launch with the arm's knobs (vLLM)
-        from inferopt.gate.served import run_vllm_served
-
         return run_vllm_served(system, gate)
     if kind == "endpoint":
         if gate.quality_model == "system":
-            from inferopt.gate.served import run_openai_served
-
             return run_openai_served(system, gate)
         proxy = HFSystem(name=f"{system.name}-proxy", model=ModelSpec(path=gate.quality_model))
         return run_suite(proxy, gate), (

@@ -70,6 +70,8 @@ import pandas as pd
 from inferopt.locate.evidence import confidence as _conf
 from inferopt.locate.evidence import evidence_row as _row
 from inferopt.locate.kv_rules import kv_check
+from inferopt.locate.profile import category_share, host_share, roof_work_share
+from inferopt.stats.inference import percentile
 
 Cause = Literal["queueing", "compute", "bandwidth", "kv_capacity", "host_overhead", "none"]
 CAUSES: tuple[str, ...] = ("queueing", "compute", "bandwidth", "kv_capacity", "host_overhead", "none")
@@ -223,7 +225,7 @@ def _queue_check(phases: pd.DataFrame, ok: pd.DataFrame, evidence: list[dict[str
                 "fraction",
                 bool(tail_share >= QUEUE_SHARE_DOMINANT),
                 f"sum(queue_ms) / sum(ttft_ms) over the {len(tail)} slowest-TTFT requests "
-                f"(TTFT p99 {float(np.percentile(valid['ttft_ms'], 99)):.4g} ms)",
+                f"(TTFT p99 {percentile(valid['ttft_ms'], 99):.4g} ms)",
             )
         )
     if fail_fire:
@@ -336,8 +338,6 @@ def _profile_check(
     phase: str, ops: pd.DataFrame | None, evidence: list[dict[str, Any]] | None
 ) -> dict[str, Any] | None:
     """The profile's host and attention shares of `phase` as evidence rows, or None without a profile."""
-    from inferopt.locate.profile import category_share, host_share, roof_work_share
-
     if ops is None or len(ops) == 0 or phase not in set(ops["phase"]):
         return None
     host = host_share(ops, phase)
@@ -401,10 +401,8 @@ def _per_slice(ok: pd.DataFrame, roofline: pd.DataFrame) -> pd.DataFrame:
                     "dominant_phase": dominant,
                     "cause": cause,
                     "look_at": look.get(value, ""),
-                    "ttft_ms_p99": float(np.nanpercentile(g["ttft_ms"], 99))
-                    if g["ttft_ms"].notna().any()
-                    else math.nan,
-                    "e2e_ms_p99": float(np.nanpercentile(g["e2e_ms"], 99)) if g["e2e_ms"].notna().any() else math.nan,
+                    "ttft_ms_p99": percentile(g["ttft_ms"], 99),
+                    "e2e_ms_p99": percentile(g["e2e_ms"], 99),
                 }
             )
     return pd.DataFrame(rows, columns=list(_empty_slices().columns))

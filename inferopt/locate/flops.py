@@ -84,7 +84,7 @@ def flops_check(model: Any, context_lens: Iterable[int], batches: Iterable[int],
     no padding). Columns: FLOPS_CHECK_COLUMNS; rel_err = |analytic - counted| / counted."""
     import torch
 
-    from inferopt.engines.hf.loop import GreedyBatch
+    from inferopt.engines.hf.loop import GreedyBatch  # lazy: imports torch and transformers
 
     dims = ModelDims.from_hf_config(model.config)
     device = next(model.parameters()).device

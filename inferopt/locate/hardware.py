@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from inferopt.config import HardwareConfig
+from inferopt.model.build import cache_root
 
 MATMUL_BUDGET_S = 0.8  # time allowed for the matmul benchmark (after sizing)
 COPY_BUDGET_S = 0.6  # time allowed for the copy benchmark
@@ -234,8 +235,6 @@ def _device_memory_bytes(torch: Any, device: str) -> tuple[float | None, str]:
 
 
 def hardware_cache_dir() -> Path:
-    from inferopt.model.build import cache_root
-
     return cache_root() / "hardware"
 
 

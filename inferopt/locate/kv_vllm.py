@@ -1,10 +1,8 @@
 """Our KV math next to what vLLM reports about its KV cache (SPEC L3, "compared with what vLLM reports").
 
-vLLM states its KV cache three ways, and this module reads each (pure functions over text / parsed metrics):
-- its start-up log: `CPU KV cache size: 768 tokens, Maximum concurrency for 512 tokens per request: 1.50x`
-  ("GPU KV cache size" on CUDA) — `parse_kv_log`;
-- the `vllm:cache_config_info` gauge on /metrics, whose labels carry the cache config (`num_gpu_blocks`,
-  `block_size`, `cache_dtype`, `kv_cache_memory_bytes`, ...) — `cache_config_from_metrics`;
+vLLM states its KV cache three ways:
+- its start-up log's KV size line and
+- the `vllm:cache_config_info` gauge's labels on /metrics (both parsed by `inferopt.engines.vllm.kv_report`);
 - during the run: `vllm:kv_cache_usage_perc` (a 0..1 fraction despite the name; its peak is sampled),
   `vllm:num_requests_running` (peak, sampled) and `vllm:num_preemptions_total` (counter delta).
 
@@ -21,7 +19,6 @@ or decide the cause (kv_rules.py).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,41 +26,6 @@ import pandas as pd
 
 AGREE_REL_TOL = 0.01
 COMPARISON_COLUMNS = ("quantity", "ours", "vllm", "unit", "agree", "note")
-
-_KV_LOG = re.compile(
-    r"(?P<device>\w+(?: \+ host)?) KV cache size: (?P<tokens>[\d,]+) tokens, Maximum concurrency for "
-    r"(?P<len>[\d,]+) tokens per request: (?P<conc>[\d.]+)x"
-)
-
-
-def parse_kv_log(text: str) -> dict[str, float | str]:
-    """vLLM's start-up KV line -> {kv_cache_tokens, max_model_len, max_concurrency, device}; {} if absent
-    (the last such line wins: a restarted server logs again)."""
-    found = list(_KV_LOG.finditer(text))
-    if not found:
-        return {}
-    m = found[-1]
-    return {
-        "kv_cache_tokens": float(m["tokens"].replace(",", "")),
-        "max_model_len": float(m["len"].replace(",", "")),
-        "max_concurrency": float(m["conc"]),
-        "device": m["device"],
-    }
-
-
-def cache_config_from_metrics(raw: Mapping[str, float]) -> dict[str, Any]:
-    """The labels of `vllm:cache_config_info` (parsed /metrics keys, `inferopt.transport.prometheus`) with the
-    numeric ones as numbers: num_gpu_blocks, block_size, kv_cache_memory_bytes, ... {} when absent."""
-    from inferopt.transport.prometheus import split_key
-
-    for key in raw:
-        name, labels = split_key(key)
-        if name == "vllm:cache_config_info":
-            out: dict[str, Any] = {}
-            for k, v in labels.items():
-                out[k] = _number(v)
-            return out
-    return {}
 
 
 def kv_comparison(
@@ -156,11 +118,3 @@ def _cmp(quantity: str, ours: float | None, vllm: float | None, unit: str, note:
         "agree": agree,
         "note": note,
     }
-
-
-def _number(text: str) -> Any:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return text
-    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value

@@ -48,6 +48,7 @@ import pandas as pd
 
 from inferopt.config import HFSystem
 from inferopt.measure.resources import process_usage, usage_delta
+from inferopt.model.loading import load_system_model
 
 PHASES = ("prefill", "decode")
 CATEGORIES = ("attention", "matmul", "other", "host")
@@ -168,8 +169,6 @@ def representative_shape(phases: pd.DataFrame, max_positions: int | None = None)
 
 def profile_for_phases(system: HFSystem, phases: pd.DataFrame, **kwargs: Any) -> PhaseProfile:
     """`profile_phases` at `representative_shape(phases)` (the model's position limit respected)."""
-    from inferopt.model.loading import load_system_model
-
     loaded = kwargs.pop("loaded", None) or load_system_model(system)
     max_pos = getattr(loaded.model.config, "max_position_embeddings", None)
     return profile_phases(system, **representative_shape(phases, max_pos), loaded=loaded, **kwargs)
@@ -190,8 +189,8 @@ def profile_phases(
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    # lazy: imports torch and transformers
     from inferopt.engines.hf.loop import GreedyBatch, greedy_generate, left_pad, pad_token_id_of
-    from inferopt.model.loading import load_system_model
 
     if prompt_len < 1 or batch < 1 or decode_steps < 0 or repeats < 1:
         raise ValueError(

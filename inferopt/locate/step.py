@@ -31,6 +31,7 @@ from inferopt.locate.kv import kv_budget_bytes, kv_bytes_per_token, kv_table
 from inferopt.locate.kv_vllm import kv_comparison
 from inferopt.locate.profile import PhaseProfile, profile_for_phases
 from inferopt.locate.roofline import ModelDims, achieved, roofline_table, weight_bytes
+from inferopt.model.loading import resolve_model_dir
 
 BYTES_PER_ELEM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
@@ -53,7 +54,6 @@ def model_dims(system: AnySystem) -> ModelDims | None:
     model = system.capabilities.model
     if model is None:
         return None
-    from inferopt.model.loading import resolve_model_dir
 
     return ModelDims.from_hf_config(json.loads((resolve_model_dir(model) / "config.json").read_text()))
 

@@ -12,7 +12,7 @@ Per request — vLLM's OpenTelemetry span (one `llm_request` span per finished r
   gen_ai.usage.prompt_tokens / completion_tokens (counts)
   span start = arrival (front-end `time.time()` when the request reached the engine client, after the
   HTTP handler parsed it), span end = when the span was made (≈ arrival + e2e).
-Mapping to `ServerTimings` (`timings_from_vllm_span`):
+Mapping to `ServerTimings` (`inferopt.engines.vllm.spans.timings_from_vllm_span`):
   arrival = span start; admitted = arrival + queue; context_ready = prefill_start = admitted (vLLM has
   no separate context phase for token-id prompts: C_context = 0); prefill_end = admitted + prefill;
   token_s = [arrival + TTFT] (the only per-token server time a span gives); done = arrival + e2e.
@@ -26,8 +26,8 @@ per-token times; `decode_ms` for such records is done - first token (see `phases
 
 Clocks: span times are the server's wall clock (`time.time()`); records are on `now_s()` (monotonic,
 anchored to the epoch at import). On one host both read the same system clock; the mapping subtracts
-`clock_offset_s()` (= time.time() - now_s(), measured at join time). The error bound is the drift of the
-wall clock against the monotonic clock between our anchoring and the run (NTP steps; slewing moves both
+`inferopt.records.clock_offset_s()` (= time.time() - now_s(), measured at join time). The error bound is the
+drift of the wall clock against the monotonic clock between our anchoring and the run (NTP steps; slewing moves both
 clocks alike) — `clock_offset_s()` measured before and after a run bounds it; it is reported
 (`clock_drift_ms`), typically microseconds. Across hosts this join needs synchronised clocks (NTP: ~ms).
 
@@ -45,80 +45,15 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from inferopt.records import RequestRecord, ServerTimings, now_s
-from inferopt.transport.otel import SpanRecord
+from inferopt.records import RequestRecord, ServerTimings
 
-__all__ = [
-    "VLLM_SPAN_ATTRIBUTES",
-    "aggregate_join",
-    "clock_offset_s",
-    "join_server_timings",
-    "rewrite_records",
-    "timings_from_vllm_span",
-    "vllm_request_id",
-]
-
-VLLM_SPAN_ATTRIBUTES = {
-    "request_id": "gen_ai.request.id",
-    "queue_s": "gen_ai.latency.time_in_queue",
-    "prefill_s": "gen_ai.latency.time_in_model_prefill",
-    "decode_s": "gen_ai.latency.time_in_model_decode",
-    "inference_s": "gen_ai.latency.time_in_model_inference",
-    "ttft_s": "gen_ai.latency.time_to_first_token",
-    "e2e_s": "gen_ai.latency.e2e",
-    "prompt_tokens": "gen_ai.usage.prompt_tokens",
-    "completion_tokens": "gen_ai.usage.completion_tokens",
-}
-
-
-def vllm_request_id(x_request_id: str, prompt_index: int = 0) -> str:
-    """The id vLLM's /v1/completions gives a request sent with header `X-Request-Id: x_request_id`."""
-    return f"cmpl-{x_request_id}-{prompt_index}"
-
-
-def clock_offset_s() -> float:
-    """time.time() - now_s(): add to a `now_s()` time to get wall-clock epoch seconds."""
-    return time.time() - now_s()
-
-
-def _num(attrs: Mapping[str, Any], key: str) -> float | None:
-    v = attrs.get(VLLM_SPAN_ATTRIBUTES[key])
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
-def timings_from_vllm_span(span: SpanRecord, offset_s: float = 0.0) -> ServerTimings:
-    """One vLLM `llm_request` span -> `ServerTimings` on our clock (wall-clock seconds - `offset_s`).
-    Phases the span lacks stay None (see the module docstring for the mapping and its approximations)."""
-    a = span.attributes
-    arrival = span.start_unix_ns / 1e9 - offset_s
-    queue, prefill, ttft, e2e = _num(a, "queue_s"), _num(a, "prefill_s"), _num(a, "ttft_s"), _num(a, "e2e_s")
-    admitted = arrival + queue if queue is not None else None
-    prefill_end = admitted + prefill if admitted is not None and prefill is not None else None
-    first = arrival + ttft if ttft is not None and ttft > 0 else None
-    done = arrival + e2e if e2e is not None else None
-    return ServerTimings(
-        arrival_s=arrival,
-        admitted_s=admitted,
-        context_ready_s=admitted,
-        prefill_start_s=admitted,
-        prefill_end_s=prefill_end,
-        token_s=[first] if first is not None else [],
-        done_s=done,
-    )
+__all__ = ["aggregate_join", "join_server_timings", "rewrite_records"]
 
 
 def join_server_timings(records: Iterable[RequestRecord], timings: Mapping[str, ServerTimings]) -> list[RequestRecord]:

@@ -16,7 +16,7 @@ throttling), and — when the driver's energy counter was read — its differenc
 the integral against.
 
 What this module deliberately does not do: start a thread (resources.py samples), attribute power to a
-process (NVML reports the whole board: run one arm at a time), or time kernels (`cuda_events.py`).
+process (NVML reports the whole board: run one arm at a time), or time kernels (`inferopt.engines.hf.cuda_events`).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ Deliberately not here: percentiles and slicing (`slices.py`), verdicts (`inferop
 
 from __future__ import annotations
 
+import sys
 from typing import Iterable
 
 import numpy as np
@@ -115,8 +116,6 @@ def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame
 def gil_handoff_ms() -> float:
     """Two of Python's thread switch intervals (5 ms each by default): how late an in-process consumer can
     see an event while a worker thread runs Python code — transport cost of in-process serving, not a gap."""
-    import sys
-
     return 2000.0 * sys.getswitchinterval()
 
 

@@ -49,6 +49,9 @@ from typing import Any, Self
 
 import numpy as np
 
+from inferopt.measure.nvml import aggregate_gpu_samples, open_nvml
+from inferopt.records import now_s
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # ru_maxrss is KiB on Linux, bytes on macOS
 _MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
@@ -178,16 +181,12 @@ class ResourceSampler:
     def __enter__(self) -> Self:
         import psutil
 
-        from inferopt.records import now_s
-
         self._now = now_s
         self._me = psutil.Process()
         self._old = {c.pid for c in self._safe_children()} if self._children else set()
         t = self._me.cpu_times()
         self._cpu0 = t.user + t.system
         if self._want_gpu:
-            from inferopt.measure.nvml import open_nvml
-
             self._gpu, reason = open_nvml()
             self.gpu_status = reason or "nvml: " + ", ".join(self._gpu.info()["devices"])
         self._sample()
@@ -257,8 +256,6 @@ class ResourceSampler:
         trial), `trial_peak_rss_bytes` / `trial_cpu_time_s` / `trial_wall_s` over everything sampled,
         `processes` (the tree's size), `gpu` (what was read, or "not available: <why>") and, with NVML, the
         `gpu_*` aggregates over the window."""
-        from inferopt.measure.nvml import aggregate_gpu_samples
-
         out: dict[str, Any] = {}
         whole = window_usage(self.samples)
         part = window_usage(self.samples, *window) if window is not None and self.samples else whole

@@ -20,6 +20,7 @@ Deliberately not here: deciding what to run (steps do) and tracking (tasks/ log 
 from __future__ import annotations
 
 import asyncio
+import json
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,15 +31,13 @@ import pandas as pd
 
 from inferopt.config import AnySystem
 from inferopt.engines import EngineFactory, make_engine
-from inferopt.measure.join import (
-    aggregate_join,
-    clock_offset_s,
-    join_server_timings,
-    rewrite_records,
-)
+from inferopt.engines.vllm.serve import vllm_metrics
+from inferopt.measure.join import aggregate_join, join_server_timings, rewrite_records
 from inferopt.measure.phases import phase_table
+from inferopt.measure.resources import ResourceSampler, load_window
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
-from inferopt.records import RecordSink, RequestRecord
+from inferopt.model.loading import resolve_model_dir
+from inferopt.records import RecordSink, RequestRecord, clock_offset_s
 
 
 @dataclass
@@ -79,10 +78,6 @@ def vocab_size_of(system: Any) -> int:
                 "fix: serve one model (tokenizer) in every pool"
             )
         return sizes.pop()
-    import json
-
-    from inferopt.model.loading import resolve_model_dir
-
     return int(json.loads((resolve_model_dir(caps.model) / "config.json").read_text())["vocab_size"])
 
 
@@ -167,8 +162,6 @@ def run_system(
     """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
     `engine_factory(system)` builds the engine (default `make_engine`; tests pass a fake); `wrap_engine(engine)`
     returns the engine the runner drives (a wrapper that delegates to it)."""
-    from inferopt.measure.resources import ResourceSampler, load_window
-
     sink = RecordSink(records_path) if records_path else None
     # only an engine that launches processes (vLLM, pools of them) needs its process tree scanned
     sampler = ResourceSampler(children=system.capabilities.launches_processes)
@@ -203,8 +196,6 @@ def run_system(
     phases = phase_table(result.records)
     agg = pd.DataFrame()
     if join.get("kind") == "none" and delta:
-        from inferopt.engines.vllm.serve import vllm_metrics
-
         flat = vllm_metrics(delta) if any(k.startswith("vllm:") for k in delta) else delta
         agg = aggregate_join(phases, flat)
         if agg["server_count"].sum() > 0:

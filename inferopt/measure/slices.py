@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from inferopt.measure.slo import RequestSLO
+from inferopt.stats.inference import quantile
 
 SLICE_DIMS = ("input_bucket", "output_bucket", "concurrency_bucket", "cache_hit")
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms", "decode_ms", "itl_ms_p99", "itl_ms_max")
@@ -107,7 +108,7 @@ def summarize(
                             **base,
                             "metric": metric,
                             "stat": f"p{int(q * 100)}",
-                            "value": float(np.quantile(vals, q)) if len(vals) else float("nan"),
+                            "value": quantile(vals, q),
                             "unit": "ms",
                         }
                     )
@@ -150,7 +151,7 @@ def headline(phases: pd.DataFrame, duration_s: float, slo: RequestSLO | None = N
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms"):
         vals = ok[metric].dropna().to_numpy(float)
         for q in QUANTILES:
-            out[f"{metric}_p{int(q * 100)}"] = float(np.quantile(vals, q)) if len(vals) else float("nan")
+            out[f"{metric}_p{int(q * 100)}"] = quantile(vals, q)
     for outcome in ("ok", "timeout", "rejected", "error"):
         out[f"{outcome}_rate"] = float((phases["outcome"] == outcome).mean()) if len(phases) else float("nan")
     out.update(throughput(phases, duration_s))

@@ -13,12 +13,15 @@ measuring bytes (`inferopt.model.memory`).
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from inferopt.config import BUILTIN_PREFIX, ModelSpec
+from inferopt.model.build import build_model_dir
+from inferopt.model.builtin import shipped_dir
 
 # transformers imports torchao when it is installed; torchao then warns that its CUDA-only extensions (mxfp8,
 # cutlass) do not load — on a CPU box that is expected, and it would print on every model load
@@ -37,9 +40,6 @@ class LoadedModel:
 def resolve_model_dir(spec: ModelSpec) -> Path:
     """The directory to load from; builds a builtin model on first use."""
     if spec.is_builtin:
-        from inferopt.model.build import build_model_dir
-        from inferopt.model.builtin import shipped_dir
-
         name = spec.path[len(BUILTIN_PREFIX) :]
         return shipped_dir(name) or build_model_dir(name)
     return Path(spec.path)
@@ -116,8 +116,6 @@ def quantized_cache_kwargs(kv_cache: str, residual_length: int = 128) -> dict[st
 def sliding_window_support(model_dir: Path) -> str | None:
     """None when the model's architecture has sliding-window attention in transformers (its config class has
     a `sliding_window` field that its attention reads), else the reason it cannot have one."""
-    import json
-
     from transformers import AutoConfig
 
     model_type = json.loads((Path(model_dir) / "config.json").read_text()).get("model_type", "?")

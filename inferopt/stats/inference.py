@@ -66,10 +66,15 @@ def sum_rows(matrix: np.ndarray) -> np.ndarray:
     return np.nansum(matrix, axis=1)
 
 
-def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
-    """The q-th percentile (q in 0..100, linear interpolation) of the finite values; NaN when none."""
+def quantile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """The q-quantile (q in 0..1, linear interpolation as `np.quantile`) of the finite values; NaN when none."""
     arr = _finite(values)
-    return float(np.percentile(arr, q)) if arr.size else math.nan
+    return float(np.quantile(arr, q)) if arr.size else math.nan
+
+
+def percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """The q-th percentile (q in 0..100, linear interpolation: `np.percentile`) of the finite values; NaN when none."""
+    return quantile(values, q / 100.0)  # np.percentile is np.quantile at q / 100
 
 
 def percentile_fn(q: float) -> StatFn:
@@ -114,8 +119,26 @@ def bootstrap_ci(
     return Interval(float(stat_fn(arr)), lo, hi, alpha, int(arr.size))
 
 
+class PairedResult:
+    """What a paired test's result shares (`Effect`, `inferopt.ablate.interaction.Interaction`): a (1 - alpha)
+    interval of the effect, `significant` when it excludes `NO_EFFECT`, and `to_dict` (a dataclass's fields)."""
+
+    NO_EFFECT = 0.0  # a difference; 1.0 for a ratio
+
+    def interval(self) -> tuple[float, float]:
+        raise NotImplementedError
+
+    @property
+    def significant(self) -> bool:
+        lo, hi = self.interval()
+        return lo > self.NO_EFFECT or hi < self.NO_EFFECT
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class Effect:
+class Effect(PairedResult):
     """Baseline (a) vs candidate (b) on one metric: values, b - a and b / a with (1 - alpha) CIs, the
     two-sided p-value of "no difference", and the number of requests per arm. From `paired_bootstrap_diff`
     (bootstrap CIs, n_boot > 0) or `paired_repeat_test` (t over repeats, n_boot = 0)."""
@@ -139,13 +162,9 @@ class Effect:
     se_d: float = math.nan  # its standard error (repeat tests only; NaN for the bootstrap)
     n_pairs: int = 0  # repeats with a value in both arms
 
-    @property
-    def significant(self) -> bool:
-        """The diff CI excludes 0."""
-        return self.diff_lo > 0 or self.diff_hi < 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def interval(self) -> tuple[float, float]:
+        """The CI of the difference (significant when it excludes 0)."""
+        return self.diff_lo, self.diff_hi
 
 
 def paired_bootstrap_diff(
@@ -167,7 +186,7 @@ def paired_bootstrap_diff(
     b = [_finite(t) for t in b_trials]
     a = [t for t in a if t.size]
     b = [t for t in b if t.size]
-    name = metric or getattr(stat_fn, "__name__", "stat")
+    name = stat_name(stat_fn, metric)
     n_a, n_b = sum(t.size for t in a), sum(t.size for t in b)
     if not a or not b:
         nan = math.nan
@@ -197,9 +216,7 @@ def paired_bootstrap_diff(
         ratio = b_val / a_val if a_val != 0 else math.nan
     d_lo, d_hi = _quantiles(diffs, alpha)
     r_lo, r_hi = _quantiles(ratios[np.isfinite(ratios)], alpha) if np.isfinite(ratios).any() else (math.nan, math.nan)
-    below = int(np.sum(diffs <= 0))
-    above = int(np.sum(diffs >= 0))
-    p = min(1.0, 2.0 * (min(below, above) + 1) / (n_boot + 1))
+    p = bootstrap_p(diffs, n_boot)
     return Effect(name, a_val, b_val, b_val - a_val, d_lo, d_hi, ratio, r_lo, r_hi, p, n_a, n_b, alpha, n_boot)
 
 
@@ -225,7 +242,7 @@ def paired_repeat_test(
     for a nominal 5 % on the fake engine, `benchmarks/verdict_error_rates.py`; this test: 2-6 %). The t distribution is what
     makes few repeats honest. Assumes the d_r are roughly normal (log ratios of per-trial statistics are); a
     pair where either statistic is missing or <= 0 is dropped. Fewer than 2 pairs: no test (NaN)."""
-    name = metric or getattr(stat_fn, "__name__", "stat")
+    name = stat_name(stat_fn, metric)
     a = [_finite(t) for t in a_trials]
     b = [_finite(t) for t in b_trials]
     n_a, n_b = sum(t.size for t in a), sum(t.size for t in b)
@@ -234,12 +251,7 @@ def paired_repeat_test(
     pooled_b = [t for t in b if t.size]
     a_val = float(stat_fn(np.concatenate(pooled_a))) if pooled_a else nan
     b_val = float(stat_fn(np.concatenate(pooled_b))) if pooled_b else nan
-    d = []
-    for x, y in zip(a, b, strict=False):
-        if x.size and y.size:
-            sx, sy = float(stat_fn(x)), float(stat_fn(y))
-            if sx > 0 and sy > 0:
-                d.append(math.log(sy / sx))
+    d = [math.log(sy / sx) for sx, sy in repeat_stats([a, b], stat_fn)]
     if len(d) < 2 or not math.isfinite(a_val):
         ratio = b_val / a_val if a_val else nan
         diff = b_val - a_val
@@ -278,7 +290,7 @@ def paired_repeat_diff_test(
     """`paired_repeat_test` on the difference scale: d_r = stat(b_r) - stat(a_r), a t-test over repeats. For
     statistics that are often 0 (failure rate, goodput under overload), where a log ratio is undefined; the
     ratio is descriptive (b / a, NaN when a is 0) and its CI is the diff's CI over a."""
-    name = metric or getattr(stat_fn, "__name__", "stat")
+    name = stat_name(stat_fn, metric)
     a = [_finite(t) for t in a_trials]
     b = [_finite(t) for t in b_trials]
     n_a, n_b = sum(t.size for t in a), sum(t.size for t in b)
@@ -373,6 +385,31 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> list[bool]:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def repeat_stats(groups: Sequence[Sequence[np.ndarray]], stat_fn: StatFn) -> list[list[float]]:
+    """Per repeat r (trial r of every group, up to the shortest group): each group's statistic of its trial r.
+    A repeat where a trial is empty or a statistic is not > 0 is left out (its log ratios do not exist)."""
+    out = []
+    for cells in zip(*groups, strict=False):
+        if any(not c.size for c in cells):
+            continue
+        values = [float(stat_fn(c)) for c in cells]
+        if all(v > 0 for v in values):
+            out.append(values)
+    return out
+
+
+def bootstrap_p(draws: np.ndarray, n: int) -> float:
+    """Two-sided bootstrap p-value of "no effect" (0): 2 x the smaller share of the `n` draws at or beyond 0,
+    +1-corrected so it is never exactly 0, capped at 1."""
+    below, above = int(np.sum(draws <= 0)), int(np.sum(draws >= 0))
+    return min(1.0, 2.0 * (min(below, above) + 1) / (n + 1))
+
+
+def stat_name(stat_fn: StatFn, metric: str | None) -> str:
+    """The metric name a result carries: `metric`, else the statistic's own name."""
+    return metric or getattr(stat_fn, "__name__", "stat")
 
 
 def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:

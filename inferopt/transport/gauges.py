@@ -20,6 +20,8 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
+from inferopt.transport.prometheus import metric_sum, parse_prometheus
+
 DEFAULT_GAUGES: Mapping[str, str] = {
     "kv_cache_usage_perc": "vllm:kv_cache_usage_perc",
     "num_requests_running": "vllm:num_requests_running",
@@ -31,8 +33,6 @@ DEFAULT_INTERVAL_S = 0.25
 def gauge_values(text: str, gauges: Mapping[str, str] = DEFAULT_GAUGES) -> dict[str, float]:
     """Our key -> the gauge's value summed over its label sets, from Prometheus text (only the wanted
     metric lines are parsed). Missing gauges are left out."""
-    from inferopt.transport.prometheus import metric_sum, parse_prometheus
-
     names = tuple(gauges.values())
     lines = [ln for ln in text.splitlines() if ln.startswith(names)]
     raw = parse_prometheus("\n".join(lines))

@@ -2,10 +2,9 @@
 behaves: bounded attempts, the server's `Retry-After` honoured when it sends one, otherwise exponential
 backoff with full jitter — and every attempt kept.
 
-`RetryingEngine(engine, policy)` wraps any engine (the `Engine` protocol) and is driven by the load runner
-like the engine itself. For each request it calls the inner engine's `fire` (HTTP engines send now; the
-protocol's default streams); when an attempt ends in
-`RequestRejected` before any token arrived it waits (`retry_wait_s`) and tries again, up to
+`RetryingEngine(engine, policy)` (`inferopt.engines.retrying`) wraps any engine (the `Engine` protocol) and is
+driven by the load runner like the engine itself. For each request it calls the inner engine's `fire` (send now;
+HTTP engines have it) or `stream`; when an attempt ends in `RequestRejected` before any token arrived it waits (`retry_wait_s`) and tries again, up to
 `max_attempts`. The request's own record (written by the runner) carries the *final* outcome, with
 latency still counted from the intended send time, so the waiting shows up in TTFT (as send lag: the
 last attempt's `SentEvent` is the request's send time). Each attempt is an `AttemptRecord` sub-record in
@@ -24,18 +23,15 @@ failover across replicas is the load balancer's job), and the HTTP transport (`i
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import random
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from inferopt.engines.base import GenRequest, RequestRejected, TokenEvent
-from inferopt.records import now_s
+import pandas as pd
 
-__all__ = ["AttemptRecord", "RetryPolicy", "RetryingEngine", "attempts_frame", "parse_retry_after_s", "retry_wait_s"]
+__all__ = ["AttemptRecord", "RetryPolicy", "attempts_frame", "parse_retry_after_s", "retry_wait_s"]
 
 
 @dataclass(frozen=True)
@@ -107,73 +103,7 @@ def retry_wait_s(
     return (rng.uniform(0.0, cap_s) if policy.jitter == "full" else cap_s), None
 
 
-class RetryingEngine:
-    """Wraps an engine with a `RetryPolicy` (see the module docstring); everything else is delegated."""
-
-    def __init__(self, inner: Any, policy: RetryPolicy) -> None:
-        self.inner = inner
-        self.policy = policy
-        self.attempts: list[AttemptRecord] = []
-
-    def __getattr__(self, name: str) -> Any:  # start, stop, info, server_metrics, prepare, server_timings...
-        return getattr(self.inner, name)
-
-    def info(self) -> dict[str, Any]:
-        return {**self.inner.info(), "client_retry": vars(self.policy).copy()}
-
-    def _send(self, request: GenRequest) -> AsyncIterator[Any]:
-        """One attempt's events, through the inner engine's `fire` (an HTTP engine sends now; others stream)."""
-        return self.inner.fire(request)
-
-    def fire(self, request: GenRequest) -> AsyncIterator[Any]:
-        """The load runner's send-now entry: the first attempt leaves at once, retries when they are due."""
-        return self._attempts(request, self._send(request))
-
-    def stream(self, request: GenRequest) -> AsyncIterator[Any]:
-        return self._attempts(request, None)
-
-    async def _attempts(self, request: GenRequest, first: AsyncIterator[Any] | None) -> AsyncIterator[Any]:
-        rng = random.Random(f"{self.policy.seed}:{request.request_id}")
-        waited_s = 0.0
-        attempt = 0
-        while True:
-            attempt += 1
-            rec = AttemptRecord(request.request_id, attempt, start_s=now_s())
-            self.attempts.append(rec)
-            tokens_seen = False
-            events = first if first is not None and attempt == 1 else self._send(request)
-            try:
-                async for event in events:
-                    tokens_seen = tokens_seen or isinstance(event, TokenEvent)
-                    yield event
-                rec.outcome = "ok"
-                return
-            except RequestRejected as exc:
-                rec.outcome, rec.error, rec.retry_after_s = "rejected", str(exc), exc.retry_after_s
-                wait, why = retry_wait_s(self.policy, attempt, exc.retry_after_s, rng)
-                if wait is not None and tokens_seen:
-                    wait, why = None, "tokens already delivered"
-                if wait is not None and self.policy.budget_s is not None and waited_s + wait > self.policy.budget_s:
-                    wait, why = None, f"retry budget {self.policy.budget_s:g} s spent"
-                if wait is None:
-                    rec.gave_up = why
-                    raise
-                rec.wait_s = wait
-            except (asyncio.CancelledError, GeneratorExit):
-                rec.outcome, rec.error = "cancelled", "the request was stopped (timeout or end of run)"
-                raise
-            except Exception as exc:
-                rec.outcome, rec.error = "error", f"{type(exc).__name__}: {exc}"
-                raise
-            finally:
-                rec.end_s = now_s()
-            await asyncio.sleep(wait)
-            waited_s += wait
-
-
-def attempts_frame(attempts: list[AttemptRecord]) -> Any:
+def attempts_frame(attempts: list[AttemptRecord]) -> pd.DataFrame:
     """The attempts as a table (one row per attempt)."""
-    import pandas as pd
-
     cols = list(AttemptRecord.__dataclass_fields__)
     return pd.DataFrame([vars(a) for a in attempts], columns=cols)

@@ -22,12 +22,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from inferopt.stats.inference import quantile
+
 __all__ = ["failover_summary", "segment_table"]
-
-
-def _p99(v: pd.Series) -> float:
-    a = pd.to_numeric(v, errors="coerce").dropna().to_numpy(float)
-    return float(np.quantile(a, 0.99)) if len(a) else float("nan")
 
 
 def _recovery_index(failed: np.ndarray, baseline: float) -> int | None:
@@ -87,7 +84,7 @@ def segment_table(frame: pd.DataFrame, kill_s: float, recovery_s: float | None) 
                 "ok": len(ok),
                 "failed": int((g["outcome"] != "ok").sum()),
                 "ttft_ms_p50": float(pd.to_numeric(ok["ttft_ms"]).median()) if len(ok) else float("nan"),
-                "ttft_ms_p99": _p99(ok["ttft_ms"]),
+                "ttft_ms_p99": quantile(pd.to_numeric(ok["ttft_ms"], errors="coerce"), 0.99),
             }
         )
     return pd.DataFrame(rows)

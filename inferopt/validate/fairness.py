@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binom, mannwhitneyu
 
+from inferopt.stats.inference import quantile
+
 __all__ = ["FairnessReport", "fairness_report", "fairness_table", "jain_index"]
 
 COLUMNS = (
@@ -55,10 +57,6 @@ def jain_index(x: np.ndarray | list[float]) -> float:
     if len(a) == 0 or float((a * a).sum()) == 0.0:
         return float("nan")
     return float(a.sum() ** 2 / (len(a) * (a * a).sum()))
-
-
-def _q(v: np.ndarray, q: float) -> float:
-    return float(np.quantile(v, q)) if len(v) else float("nan")
 
 
 def _group_wait(ok: pd.DataFrame) -> tuple[np.ndarray, str]:
@@ -124,12 +122,12 @@ def fairness_table(
             else float("nan"),
             "tokens_per_s": float(ok["output_len"].sum()) / max(duration_s, 1e-9),
             "wait_source": source,
-            "wait_ms_p50": _q(wait, 0.5),
-            "wait_ms_p99": _q(wait, 0.99),
+            "wait_ms_p50": quantile(wait, 0.5),
+            "wait_ms_p99": quantile(wait, 0.99),
             "wait_ms_max": float(wait.max()) if len(wait) else float("nan"),
             "wait_ratio": w_ratio,
             "wait_p": w_p,
-            "ttft_ms_p99": _q(pd.to_numeric(ok["ttft_ms"], errors="coerce").dropna().to_numpy(float), 0.99),
+            "ttft_ms_p99": quantile(pd.to_numeric(ok["ttft_ms"], errors="coerce").dropna().to_numpy(float), 0.99),
         }
         why = _starvation_reasons(row, min_share_ratio, max_wait_ratio, min_requests, alpha)
         row["starved"], row["why"] = bool(why), "; ".join(why)

@@ -1,5 +1,6 @@
-"""What every validation scenario shares: its result (`ScenarioResult`), the SLO check with reasons, the
-fairness/starvation check run on every scenario, and the opt-in client retry wrapper.
+"""What every validation scenario shares: its requests and how they are sent (`ScenarioLoad`), its result
+(`ScenarioResult`), the SLO check with reasons, the fairness/starvation check run on every scenario, and the opt-in
+client retry wrapper.
 
 Deliberately not here: running a scenario (`scenarios.py`, `overload.py`, `node_failure.py`).
 """
@@ -9,13 +10,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from inferopt.config import ScenarioConfig, SLOConfig, WorkloadConfig
+from inferopt.config import AnySystem, ScenarioConfig, SLOConfig, WorkloadConfig
 from inferopt.config.settings import FairnessSettings
-from inferopt.measure.session import MeasuredRun
+from inferopt.engines.retrying import RetryingEngine
+from inferopt.measure.runner import RunTags
+from inferopt.measure.session import MeasuredRun, run_system
+from inferopt.transport.retry import RetryPolicy, attempts_frame
 from inferopt.validate.fairness import FairnessReport, fairness_report
 
 
@@ -29,6 +34,44 @@ class ScenarioResult:
     fairness: FairnessReport | None = None
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # name -> table (logged as <scenario>.<name>.parquet)
     extra_runs: list[MeasuredRun] = field(default_factory=list)  # comparison runs (their records are logged too)
+
+
+@dataclass(frozen=True)
+class ScenarioLoad:
+    """One scenario's requests and how its runs are sent, tagged and recorded — what every scenario kind runs
+    its system on (`run`); records go to `out_dir/requests.jsonl`."""
+
+    scenario: ScenarioConfig
+    workload: WorkloadConfig  # the scenario's own (its timeout and prompt seed)
+    table: pd.DataFrame
+    out_dir: Path
+    arm: str = "candidate"
+    run_tag: str = ""
+    warmup_requests: int = 0
+
+    @property
+    def records_path(self) -> Path:
+        return Path(self.out_dir) / "requests.jsonl"
+
+    def run(
+        self, system: AnySystem, *, wrap_engine: Callable[[Any], Any] | None = None, name: str | None = None
+    ) -> MeasuredRun:
+        """`system` on the scenario's requests, tagged as scenario `name` (default: the scenario's own name)."""
+        return run_system(
+            system,
+            self.table,
+            RunTags(run_tag=self.run_tag, arm=self.arm, scenario=name or self.scenario.name),
+            timeout_s=self.workload.timeout_s,
+            records_path=self.records_path,
+            warmup_requests=self.warmup_requests,
+            prompt_seed=self.workload.seed,
+            wrap_engine=wrap_engine,
+        )
+
+
+def failed_result(sc: ScenarioConfig, run: MeasuredRun) -> ScenarioResult:
+    """The result of a scenario whose run failed: not passed, the error's first line as the reason."""
+    return ScenarioResult(sc, run, passed=False, reasons=[f"run failed: {(run.error or '').splitlines()[0]}"])
 
 
 def check_slo(metrics: dict[str, float], slo: SLOConfig, *, rejections_allowed: bool = False) -> tuple[bool, list[str]]:
@@ -94,8 +137,6 @@ def retry_wrapper(sc: ScenarioConfig, seed: int = 0) -> tuple[Callable[[Any], An
     (None, []) when the scenario has no retry policy."""
     if sc.retry is None:
         return None, []
-    from inferopt.transport.retry import RetryingEngine, RetryPolicy
-
     policy = RetryPolicy(**sc.retry.model_dump(), seed=seed)
     made: list[Any] = []
 
@@ -110,8 +151,6 @@ def add_attempts(result: ScenarioResult, made: list[Any]) -> None:
     """The retry sub-records as a table and two metrics (attempts per request, share of requests retried)."""
     if not made:
         return
-    from inferopt.transport.retry import attempts_frame
-
     att = attempts_frame([a for eng in made for a in eng.attempts])
     att = att[~att["request_id"].str.startswith("warmup-")]
     result.tables["attempts"] = att

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from inferopt.transport.ports import free_port
+
 __all__ = ["NginxBalancer", "access_log_frame", "nginx_binary", "nginx_config"]
 
 _FIELDS = ("request_id", "upstream_addr", "upstream_status", "status", "msec", "request_time")
@@ -123,12 +125,6 @@ def access_log_frame(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*_FIELDS, "replica_port", "failed_over"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class NginxBalancer:
     """`with NginxBalancer([port_a, port_b]) as lb:` -> nginx on `lb.url`; its files stay in `lb.workdir`."""
 
@@ -166,7 +162,7 @@ class NginxBalancer:
     def start(self) -> NginxBalancer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, 0o755)  # workers run as an unprivileged user when nginx starts as root
-        self.port = _free_port()
+        self.port = free_port()
         conf = self.workdir / "nginx.conf"
         conf.write_text(nginx_config(self.upstreams, self.port, self.workdir, fail_timeout_s=self.fail_timeout_s))
         cmd = [self.binary, "-e", str(self.workdir / "error.log"), "-p", str(self.workdir), "-c", str(conf)]

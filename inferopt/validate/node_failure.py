@@ -43,18 +43,23 @@ from inferopt.config import (
     ScenarioConfig,
     SLOConfig,
     VLLMSystem,
-    WorkloadConfig,
 )
+from inferopt.engines.vllm.engine import LAUNCHER, terminate_group
+from inferopt.engines.vllm.serve import serve_args, server_env
 from inferopt.measure.runner import RunTags
-from inferopt.measure.session import MeasuredRun, run_system
+from inferopt.measure.session import MeasuredRun
 from inferopt.measure.slices import headline
 from inferopt.measure.slo import RequestSLO
+from inferopt.model.loading import resolve_model_dir
 from inferopt.records import now_s, read_records
+from inferopt.transport.ports import free_port
 from inferopt.validate.failover import failover_summary, segment_table
 from inferopt.validate.judge import (
+    ScenarioLoad,
     ScenarioResult,
     add_attempts,
     check_slo,
+    failed_result,
     retry_wrapper,
 )
 from inferopt.validate.loadbalancer import (
@@ -128,8 +133,6 @@ class ProcessReplica:
 
     def stop(self) -> None:
         if self.proc is not None:
-            from inferopt.engines.vllm.engine import terminate_group
-
             terminate_group(self.proc, grace_s=10.0)
 
 
@@ -146,10 +149,6 @@ class ReplicaPlan:
 
 def vllm_plan(system: VLLMSystem) -> ReplicaPlan:
     """Replicas of a vLLM system: its own `vllm serve` flags, no tracing, one port each."""
-    from inferopt.engines.vllm.engine import LAUNCHER, free_port
-    from inferopt.engines.vllm.serve import serve_args, server_env
-    from inferopt.model.loading import resolve_model_dir
-
     python = system.python_path(ROOT)
     if not python.exists():
         raise FileNotFoundError(f"no vLLM interpreter at {python}; fix: bash scripts/setup_vllm.sh")
@@ -218,18 +217,9 @@ def _failed(sc: ScenarioConfig, why: str) -> ScenarioResult:
 
 
 def run_node_failure(
-    system: AnySystem,
-    workload: WorkloadConfig,
-    table: pd.DataFrame,
-    sc: ScenarioConfig,
-    slo: SLOConfig,
-    out_dir: str | Path,
-    *,
-    arm: str,
-    run_tag: str,
-    warmup_requests: int,
-    plan: ReplicaPlan | None = None,
+    system: AnySystem, load: ScenarioLoad, slo: SLOConfig, *, plan: ReplicaPlan | None = None
 ) -> ScenarioResult:
+    sc = load.scenario
     if nginx_binary() is None:
         return _failed(
             sc, "no nginx for the load balancer; fix: bash scripts/setup_nginx.sh (apt-get install nginx-light)"
@@ -245,12 +235,11 @@ def run_node_failure(
             plan = vllm_plan(system)
         except (FileNotFoundError, OSError, ValueError) as exc:
             return _failed(sc, str(exc))
-    out = Path(out_dir).resolve()
-    records_path = out / "requests.jsonl"
+    out = Path(load.out_dir).resolve()
     replicas = [plan.make(i, out / "replica-logs") for i in range(sc.replicas)]
     victim = replicas[sc.kill_replica]
     switch: list[KillSwitch] = []
-    retry_wrap, made = retry_wrapper(sc, seed=workload.seed)
+    retry_wrap, made = retry_wrapper(sc, seed=load.workload.seed)
 
     def wrap(engine: Any) -> Any:
         switch.append(KillSwitch(retry_wrap(engine) if retry_wrap else engine, sc.kill_at_s, victim.kill))
@@ -270,29 +259,20 @@ def run_node_failure(
                 vocab_size=plan.vocab_size,
                 send_priority=plan.send_priority,
             )
-            run = run_system(
-                client,
-                table,
-                RunTags(run_tag=run_tag, arm=arm, scenario=sc.name),
-                timeout_s=workload.timeout_s,
-                records_path=records_path,
-                warmup_requests=warmup_requests,
-                prompt_seed=workload.seed,
-                wrap_engine=wrap,
-            )
+            run = load.run(client, wrap_engine=wrap)
     except Exception as exc:  # noqa: BLE001 - a replica or nginx that will not start fails this scenario only
         return _failed(sc, f"{type(exc).__name__}: {exc}")
     finally:
         for r in replicas:
             r.stop()
     if run.failed:
-        return ScenarioResult(sc, run, passed=False, reasons=[f"run failed: {(run.error or '').splitlines()[0]}"])
+        return failed_result(sc, run)
     return _judge(
         sc,
         slo,
         run,
-        table,
-        records_path,
+        load.table,
+        load.records_path,
         switch[0] if switch else None,
         replicas,
         victim,

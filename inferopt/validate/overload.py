@@ -18,20 +18,20 @@ Deliberately not here: the SLO and fairness checks themselves (`judge.py`), load
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from inferopt.config import AnySystem, ScenarioConfig, SLOConfig, WorkloadConfig
-from inferopt.measure.runner import RunTags
-from inferopt.measure.session import MeasuredRun, run_system
+from inferopt.config import AnySystem, SLOConfig
+from inferopt.measure.session import MeasuredRun
 from inferopt.measure.slices import headline
 from inferopt.measure.slo import RequestSLO
+from inferopt.stats.inference import quantile
 from inferopt.validate.judge import (
+    ScenarioLoad,
     ScenarioResult,
     add_attempts,
     check_slo,
+    failed_result,
     retry_wrapper,
 )
 
@@ -74,8 +74,8 @@ def queue_growth(run: MeasuredRun, windows: int = WINDOWS) -> pd.DataFrame:
                 "ok": int((g["outcome"] == "ok").sum()),
                 "rejected": int((g["outcome"] == "rejected").sum()),
                 "timeout": int((g["outcome"] == "timeout").sum()),
-                "ttft_ms_p50": float(np.quantile(ok, 0.5)) if len(ok) else float("nan"),
-                "ttft_ms_p99": float(np.quantile(ok, 0.99)) if len(ok) else float("nan"),
+                "ttft_ms_p50": quantile(ok, 0.5),
+                "ttft_ms_p99": quantile(ok, 0.99),
                 "in_flight_median": float(g["concurrency"].median()) if len(g) else float("nan"),
                 "in_flight_max": float(g["concurrency"].max()) if len(g) else float("nan"),
             }
@@ -92,34 +92,14 @@ def _growth_line(growth: pd.DataFrame, label: str) -> str:
     )
 
 
-def run_overload(
-    system: AnySystem,
-    workload: WorkloadConfig,
-    table: pd.DataFrame,
-    sc: ScenarioConfig,
-    slo: SLOConfig,
-    out_dir: str | Path,
-    *,
-    arm: str,
-    run_tag: str,
-    warmup_requests: int,
-) -> ScenarioResult:
+def run_overload(system: AnySystem, load: ScenarioLoad, slo: SLOConfig) -> ScenarioResult:
+    sc = load.scenario
     limit = sc.admission_limit if sc.admission_limit is not None else admission_limit_of(system)
     bounded = with_admission_limit(system, limit) if limit is not None else system
-    records_path = Path(out_dir) / "requests.jsonl"
-    wrap, made = retry_wrapper(sc, seed=workload.seed)
-    run = run_system(
-        bounded,
-        table,
-        RunTags(run_tag=run_tag, arm=arm, scenario=sc.name),
-        timeout_s=workload.timeout_s,
-        records_path=records_path,
-        warmup_requests=warmup_requests,
-        prompt_seed=workload.seed,
-        wrap_engine=wrap,
-    )
+    wrap, made = retry_wrapper(sc, seed=load.workload.seed)
+    run = load.run(bounded, wrap_engine=wrap)
     if run.failed:
-        return ScenarioResult(sc, run, passed=False, reasons=[f"run failed: {(run.error or '').splitlines()[0]}"])
+        return failed_result(sc, run)
     metrics = headline(run.phases, run.duration_s, RequestSLO.from_slo(slo))  # + SLO attainment and goodput
     metrics["admission_limit"] = float(limit) if limit is not None else float("nan")
     result = ScenarioResult(sc, run, metrics=metrics)
@@ -156,15 +136,7 @@ def run_overload(
     result.reasons = reasons  # one list: the lines below append to it
     add_attempts(result, made)
     if limit is not None and sc.compare_unbounded and settable:
-        free = run_system(
-            with_admission_limit(system, None),
-            table,
-            RunTags(run_tag=run_tag, arm=arm, scenario=f"{sc.name}-unbounded"),
-            timeout_s=workload.timeout_s,
-            records_path=records_path,
-            warmup_requests=warmup_requests,
-            prompt_seed=workload.seed,
-        )
+        free = load.run(with_admission_limit(system, None), name=f"{sc.name}-unbounded")
         result.extra_runs.append(free)
         if free.failed:
             reasons.append(f"unbounded comparison run failed: {(free.error or '').splitlines()[0]}")

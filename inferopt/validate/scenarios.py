@@ -31,17 +31,19 @@ from inferopt.config import (
     WorkloadConfig,
 )
 from inferopt.config.settings import FairnessSettings
-from inferopt.measure.runner import RunTags
-from inferopt.measure.session import run_system
 from inferopt.measure.slices import headline
 from inferopt.measure.slo import RequestSLO
 from inferopt.validate.judge import (
+    ScenarioLoad,
     ScenarioResult,
     add_attempts,
     check_slo,
+    failed_result,
     judge_fairness,
     retry_wrapper,
 )
+from inferopt.validate.node_failure import run_node_failure
+from inferopt.validate.overload import run_overload
 from inferopt.workload.arrivals import arrival_offsets_s
 from inferopt.workload.build import build_workload, workload_hash
 
@@ -107,59 +109,35 @@ def validate(
     fairness = fairness or FairnessSettings()
     results = []
     for sc in scenarios:
-        wl = scenario_workload(workload, sc)
-        table = scenario_requests(workload, sc)
-        if sc.kind == "overload":
-            from inferopt.validate.overload import run_overload
-
-            result = run_overload(
-                system, wl, table, sc, slo, out_dir, arm=arm, run_tag=run_tag, warmup_requests=warmup_requests
-            )
-        elif sc.kind == "node_failure":
-            from inferopt.validate.node_failure import run_node_failure
-
-            result = run_node_failure(
-                system, wl, table, sc, slo, out_dir, arm=arm, run_tag=run_tag, warmup_requests=warmup_requests
-            )
-        else:
-            result = _run_plain(
-                system, wl, table, sc, slo, out_dir, arm=arm, run_tag=run_tag, warmup_requests=warmup_requests
-            )
-        results.append(judge_fairness(result, wl, slo, fairness))
+        load = ScenarioLoad(
+            sc,
+            scenario_workload(workload, sc),
+            scenario_requests(workload, sc),
+            Path(out_dir),
+            arm=arm,
+            run_tag=run_tag,
+            warmup_requests=warmup_requests,
+        )
+        result = RUNNERS.get(sc.kind, _run_plain)(system, load, slo)
+        results.append(judge_fairness(result, load.workload, slo, fairness))
     return results
 
 
-def _run_plain(
-    system: AnySystem,
-    wl: WorkloadConfig,
-    table: pd.DataFrame,
-    sc: ScenarioConfig,
-    slo: SLOConfig,
-    out_dir: str | Path,
-    *,
-    arm: str,
-    run_tag: str,
-    warmup_requests: int,
-) -> ScenarioResult:
+def _run_plain(system: AnySystem, load: ScenarioLoad, slo: SLOConfig) -> ScenarioResult:
     """steady / burst: one run, judged on the SLOs."""
-    wrap, made = retry_wrapper(sc, seed=wl.seed)
-    run = run_system(
-        system,
-        table,
-        RunTags(run_tag=run_tag, arm=arm, scenario=sc.name),
-        timeout_s=wl.timeout_s,
-        records_path=Path(out_dir) / "requests.jsonl",
-        warmup_requests=warmup_requests,
-        prompt_seed=wl.seed,
-        wrap_engine=wrap,
-    )
+    sc = load.scenario
+    wrap, made = retry_wrapper(sc, seed=load.workload.seed)
+    run = load.run(system, wrap_engine=wrap)
     if run.failed:
-        return ScenarioResult(sc, run, passed=False, reasons=[f"run failed: {(run.error or '').splitlines()[0]}"])
+        return failed_result(sc, run)
     metrics = headline(run.phases, run.duration_s, RequestSLO.from_slo(slo))  # + SLO attainment and goodput
     passed, reasons = check_slo(metrics, slo)
     result = ScenarioResult(sc, run, metrics=metrics, passed=passed, reasons=reasons)
     add_attempts(result, made)
     return result
+
+
+RUNNERS = {"overload": run_overload, "node_failure": run_node_failure}  # the rest: `_run_plain`
 
 
 def scenario_table(results: list[ScenarioResult]) -> pd.DataFrame:

@@ -19,19 +19,9 @@ import pandas as pd
 
 from inferopt.config import WorkloadConfig
 from inferopt.workload.arrivals import arrival_offsets_s
+from inferopt.workload.columns import WORKLOAD_COLUMNS
 from inferopt.workload.lengths import sample_lengths
 from inferopt.workload.trace import load_trace
-
-WORKLOAD_COLUMNS = (
-    "request_id",
-    "arrival_offset_s",
-    "input_len",
-    "output_len",
-    "prefix_group",
-    "prefix_len",
-    "tenant",
-    "priority",
-)
 
 
 def _child_rngs(seed: int, n: int) -> list[np.random.Generator]:

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from inferopt.config import TraceConfig, WorkloadConfig
+from inferopt.workload.columns import WORKLOAD_COLUMNS
 
 BYTES_PER_TOKEN = 4
 
@@ -135,9 +136,7 @@ def load_trace(
     num_requests: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
 ) -> pd.DataFrame:
-    """The workload table (columns of `build.WORKLOAD_COLUMNS`) for a trace; see the module docstring."""
-    from inferopt.workload.build import WORKLOAD_COLUMNS  # local: build.py imports this module
-
+    """The workload table (columns of `WORKLOAD_COLUMNS`) for a trace; see the module docstring."""
     path = Path(cfg.path).expanduser()
     if not path.is_file():
         raise TraceError(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,15 +14,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferopt.transport.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
 SERVER_START_S = 240.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inferopt.config.case import load_case
+from inferopt.config import load_case
 from inferopt.validate.case_study import CaseRow, decide
 
 ROOT = Path(__file__).resolve().parents[2]

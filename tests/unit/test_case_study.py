@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from inferopt.config import FakeSystem, SLOConfig
-from inferopt.config.case import CaseConfig, load_case
+from inferopt.config import FakeSystem, SLOConfig, load_case
+from inferopt.config.case import CaseConfig
 from inferopt.config.pooled import Pool, PooledSystem
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import run_system
@@ -249,6 +249,7 @@ def test_workload_of_fake_case_is_merged_on_one_timeline() -> None:
 def test_pooled_metrics_sum_counts_and_keep_the_fullest_pool_usage() -> None:
     import asyncio
 
+    from inferopt.engines import make_engine
     from inferopt.engines.pooled import PooledEngine
 
     class _Pool:
@@ -264,7 +265,8 @@ def test_pooled_metrics_sum_counts_and_keep_the_fullest_pool_usage() -> None:
                 Pool(name="a", tenants=("x",), system=FakeSystem()),
                 Pool(name="b", tenants=("y",), system=FakeSystem()),
             )
-        )
+        ),
+        make_engine,
     )
     eng.engines = {
         "a": _Pool({"num_preemptions_total": 2.0, "kv_cache_usage_perc": 0.5}),

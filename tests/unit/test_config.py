@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inferopt.config import CandidateConfig, ConfigError, detect_kind, load_config
+from inferopt.config import CandidateConfig, ConfigError, detect_kind, load_config, set_dotted
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if "quality" not in p.parts)
@@ -115,6 +115,19 @@ def test_overrides_apply_and_validate() -> None:
     assert cfg.workload.num_requests == 5
     with pytest.raises(ConfigError, match="workload.num_requests"):
         load_config(ROOT / "configs/candidates/fake-batching.yaml", **{"workload.num_requests": 0})
+
+
+def test_set_dotted_creates_sections_or_names_the_document() -> None:
+    data: dict = {"baseline": {"decode_step_ms": 1.0}}
+    set_dotted(data, "workload.arrival.rate_per_s", 2.0)  # load_config's overrides: missing sections are made
+    set_dotted(data, "baseline.decode_step_ms", 6.0)
+    assert data == {"baseline": {"decode_step_ms": 6.0}, "workload": {"arrival": {"rate_per_s": 2.0}}}
+    with pytest.raises(ValueError, match="'measure' is not a section of the accepted candidate"):
+        set_dotted(data, "measure.repeats", 3, what="the accepted candidate")  # the nightly flow's overrides
+    with pytest.raises(ValueError, match="'decode_step_ms' is not a section"):
+        set_dotted(data, "baseline.decode_step_ms.x", 3, what="the accepted candidate")
+    set_dotted(data, "baseline.name", "b", what="the accepted candidate")
+    assert data["baseline"]["name"] == "b"
 
 
 def test_configs_are_frozen() -> None:

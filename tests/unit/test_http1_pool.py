@@ -6,11 +6,13 @@ a server that closes idle connections, refuses connections, or breaks the protoc
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
 from inferopt.records import now_s
 from inferopt.transport.http1 import ConnectionFailed, ConnectionPool, Endpoint, encode_request
+from inferopt.transport.ports import free_port
 
 
 class _Server:
@@ -176,3 +178,10 @@ def test_connection_close_refused_and_protocol_errors() -> None:
             await r.wait_headers()
 
     asyncio.run(main())
+
+
+def test_free_port_is_bindable_now() -> None:
+    port = free_port()
+    assert 1024 <= port <= 65535
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free a moment ago: binding it again succeeds

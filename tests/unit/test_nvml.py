@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from inferopt.measure.cuda_events import PhaseEventTimer, event_stats
+from inferopt.engines.hf.cuda_events import PhaseEventTimer, event_stats
 from inferopt.measure.nvml import (
     NvmlReader,
     aggregate_gpu_samples,

@@ -14,14 +14,9 @@ from fake_openai_server import FakeOpenAIServer
 
 from inferopt.config import ConstantArrivals, LengthConfig, OpenAISystem, WorkloadConfig
 from inferopt.engines.openai import OpenAIEngine
+from inferopt.engines.retrying import RetryingEngine
 from inferopt.measure.runner import RunTags, run_open_loop
-from inferopt.transport.retry import (
-    RetryingEngine,
-    RetryPolicy,
-    attempts_frame,
-    parse_retry_after_s,
-    retry_wait_s,
-)
+from inferopt.transport.retry import RetryPolicy, attempts_frame, parse_retry_after_s, retry_wait_s
 from inferopt.workload import build_workload
 
 

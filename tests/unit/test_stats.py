@@ -3,13 +3,31 @@ import math
 import numpy as np
 import pytest
 
-from inferopt.stats.inference import bootstrap_ci, holm, paired_bootstrap_diff, percentile, percentile_fn
+from inferopt.stats.inference import (
+    bootstrap_ci,
+    holm,
+    paired_bootstrap_diff,
+    percentile,
+    percentile_fn,
+    quantile,
+)
 
 
 def test_percentile_is_nan_safe():
     assert percentile([1.0, math.nan, 3.0], 50) == 2.0
     assert math.isnan(percentile([math.nan], 99)) and math.isnan(percentile([], 50))
     assert percentile_fn(99).__name__ == "p99"
+
+
+def test_quantile_and_percentile_are_numpys_on_the_finite_values():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 100):
+        v = rng.lognormal(3.0, 1.0, n)
+        with_gaps = np.concatenate([v, [math.nan, math.inf]])
+        for q in (0.5, 0.95, 0.99, 1 / 3):
+            assert quantile(with_gaps, q) == float(np.quantile(v, q))
+            assert percentile(with_gaps, 100 * q) == float(np.percentile(v, 100 * q))
+    assert math.isnan(quantile([], 0.5)) and math.isnan(quantile([math.nan], 0.99))
 
 
 def test_bootstrap_ci_covers_the_truth_at_about_the_nominal_rate():

@@ -158,7 +158,8 @@ def test_node_failure_on_a_fake_engine_says_it_needs_vllm(tmp_path: Path) -> Non
 
 @pytest.mark.skipif(nginx_binary() is None, reason="no nginx; fix: bash scripts/setup_nginx.sh")
 def test_node_failure_behind_nginx_loses_no_record_and_reports_recovery(tmp_path: Path) -> None:
-    from inferopt.engines.vllm.engine import free_port
+    from inferopt.transport.ports import free_port
+    from inferopt.validate.judge import ScenarioLoad
     from inferopt.validate.node_failure import (
         ProcessReplica,
         ReplicaPlan,
@@ -184,18 +185,10 @@ def test_node_failure_behind_nginx_loses_no_record_and_reports_recovery(tmp_path
         }
     )
     sc = ScenarioConfig(name="nf", kind="node_failure", kill_at_s=1.0)
-    res = run_node_failure(
-        SYSTEM,
-        scenario_workload(wl, sc),
-        scenario_requests(wl, sc),
-        sc,
-        SLOConfig(ttft_p99_ms=500, tpot_p95_ms=100),
-        tmp_path,
-        arm="c",
-        run_tag="",
-        warmup_requests=1,
-        plan=ReplicaPlan(make, "m", 500),
+    load = ScenarioLoad(
+        sc, scenario_workload(wl, sc), scenario_requests(wl, sc), tmp_path, arm="c", run_tag="", warmup_requests=1
     )
+    res = run_node_failure(SYSTEM, load, SLOConfig(ttft_p99_ms=500, tpot_p95_ms=100), plan=ReplicaPlan(make, "m", 500))
     m = res.metrics
     assert m["sent"] == m["records"] == m["records_on_disk"] == 100, res.reasons  # nothing lost
     assert m["kill_at_s"] == pytest.approx(1.0, abs=0.2)

@@ -33,13 +33,8 @@ from inferopt.config.loader import load_config
 from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, TokenEvent
 from inferopt.engines.vllm.engine import terminate_group
 from inferopt.engines.vllm.serve import serve_args, server_env, vllm_metrics
-from inferopt.measure.join import (
-    aggregate_join,
-    join_server_timings,
-    rewrite_records,
-    timings_from_vllm_span,
-    vllm_request_id,
-)
+from inferopt.engines.vllm.spans import timings_from_vllm_span, vllm_request_id
+from inferopt.measure.join import aggregate_join, join_server_timings, rewrite_records
 from inferopt.measure.phases import decomposition_check, phase_table
 from inferopt.records import RequestRecord, ServerTimings, now_s, read_records
 from inferopt.transport.otel import OTLPReceiver, SpanRecord, decode_export_request

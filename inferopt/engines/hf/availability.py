@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 
 from inferopt.config import HFSystem
+from inferopt.model.loading import resolve_model_dir, sliding_window_support
 
 GPU_ONLY_ATTENTION = {
     "flash_attention_2": "flash_attn",  # attn_implementation -> the package it needs
@@ -65,8 +66,6 @@ def unavailable_reason(system: HFSystem) -> str | None:
                 "(pyproject lists it)"
             )
     if system.sliding_window is not None:
-        from inferopt.model.loading import resolve_model_dir, sliding_window_support
-
         why_not = sliding_window_support(resolve_model_dir(system.model))
         if why_not:
             return f"sliding_window: {system.sliding_window}: {why_not}"

@@ -19,19 +19,17 @@ import os
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from inferopt.config import HFSystem
 from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, RequestRejected, TokenEvent
-from inferopt.engines.hf.loop import GreedyBatch, greedy_generate, left_pad
+from inferopt.engines.hf.cuda_events import PhaseEventTimer
+from inferopt.engines.hf.loop import GreedyBatch, greedy_generate, left_pad, pad_token_id_of
 from inferopt.engines.hf.speculative import SpecCounters, prepare_draft, serve_speculative
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
-from inferopt.measure.cuda_events import PhaseEventTimer
+from inferopt.model.loading import LoadedModel, load_system_model
 from inferopt.model.memory import KVMeter, weight_bytes
 from inferopt.records import ServerTimings, now_s
-
-if TYPE_CHECKING:  # pragma: no cover
-    from inferopt.model.loading import LoadedModel
 
 __all__ = ["HFEngine", "greedy_generate"]
 
@@ -175,9 +173,6 @@ class HFEngine(EngineBase):
     def _load(self) -> None:
         import torch
         import transformers
-
-        from inferopt.engines.hf.loop import pad_token_id_of
-        from inferopt.model.loading import load_system_model
 
         s = self.system
         torch.set_num_threads(s.torch_threads)

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from inferopt.model.loading import quantized_cache_kwargs
+
 
 def pad_token_id_of(model: Any) -> int:
     """The id fed to finished rows and used for left padding (generation config, then config, then 0)."""
@@ -47,8 +49,6 @@ def make_cache(
     """A fresh KV cache for one batch: `dynamic` (full precision, grows; sliding-window layers when the model's
     config has a window), `static` (preallocated for `max_cache_len` positions), or quantized
     (`quanto-int2|int4`, `hqq-int2|int4|int8`, `fp8`; see `inferopt.model.loading.QUANTIZED_KV`)."""
-    from inferopt.model.loading import quantized_cache_kwargs
-
     if kv_cache == "dynamic":
         return DynamicCache(config=model.config)
     if kv_cache == "static":

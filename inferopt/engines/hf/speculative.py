@@ -36,7 +36,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from inferopt.config import ModelSpec
+from inferopt.engines.base import FinishEvent, TokenEvent
 from inferopt.engines.hf.loop import make_cache
+from inferopt.model.loading import load_model
+from inferopt.records import now_s
 
 
 def _decoder_layers(model: Any) -> nn.ModuleList:
@@ -74,9 +78,6 @@ def load_draft(target: Any, spec: Any, system: Any) -> Any:
     n = spec.truncated_layers
     if n is not None:
         return truncated_draft(target, n)
-    from inferopt.config import ModelSpec
-    from inferopt.model.loading import load_model
-
     loaded = load_model(
         ModelSpec(path=spec.draft_model),
         dtype=system.dtype,
@@ -275,9 +276,6 @@ def serve_speculative(engine: Any, slot: Any) -> None:
     rounds for `slot`'s request, each round's tokens sent as one chunk stamped when its verify forward returned,
     the per-round draft counts on the request's timings, the totals on `engine.spec_counters`. A part of the
     engine kept here so that hf.py stays about batches; it uses the engine's own finish and post hooks."""
-    from inferopt.engines.base import FinishEvent, TokenEvent
-    from inferopt.records import now_s
-
     req, tm = slot.request, slot.timings
     t = now_s()
     tm.context_ready_s = tm.prefill_start_s = t

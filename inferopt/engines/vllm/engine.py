@@ -9,9 +9,9 @@ Life of one engine:
   the process exits, or after `startup_timeout_s`), reset the prefix cache (`POST /reset_prefix_cache`,
   a dev-mode route: the server runs with `VLLM_SERVER_DEV_MODE=1`), then start an `OpenAIEngine` on it.
 - `stream()`: the `OpenAIEngine`'s (header `X-Request-Id: <request_id>`; vLLM names the request
-  `cmpl-<X-Request-Id>-0` in its span — see `inferopt.measure.join.vllm_request_id`).
+  `cmpl-<X-Request-Id>-0` in its span — see `inferopt.engines.vllm.spans.vllm_request_id`).
 - `server_timings(request_ids)`: waits (bounded) for the spans of those requests and maps each to
-  `ServerTimings` (`inferopt.measure.join.timings_from_vllm_span`).
+  `ServerTimings` (`inferopt.engines.vllm.spans.timings_from_vllm_span`).
 - `server_metrics()`: `/metrics` reduced to a flat dict of the series the analysis reads (`vllm_metrics`).
 - `stop()`: SIGTERM to the whole process group, SIGKILL after `STOP_GRACE_S`; safe to call twice.
 
@@ -19,7 +19,7 @@ The pure pieces — `serve_args`, `server_env`, `vllm_metrics`, `log_tail` — l
 
 Deliberately not here: building the server's flags and environment or flattening its metrics
 (`inferopt.engines.vllm.serve`), HTTP streaming (`inferopt.engines.openai`), the span receiver
-(`inferopt.transport.otel`), the span -> timings mapping (`inferopt.measure.join`), installing vLLM
+(`inferopt.transport.otel`), the span -> timings mapping (`spans.py`), installing vLLM
 (`scripts/setup_vllm.sh`).
 """
 
@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -39,23 +38,23 @@ from typing import Any
 
 from inferopt.config import OpenAISystem, VLLMSystem
 from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, SentEvent, TokenEvent
+from inferopt.engines.openai import OpenAIEngine
+from inferopt.engines.vllm.kv_report import cache_config_from_metrics, parse_kv_log
 from inferopt.engines.vllm.serve import log_tail, serve_args, server_env, vllm_metrics
-from inferopt.records import ServerTimings
+from inferopt.engines.vllm.spans import timings_from_vllm_span, vllm_request_id
+from inferopt.model.loading import resolve_model_dir
+from inferopt.records import ServerTimings, clock_offset_s
+from inferopt.transport.gauges import GaugePoller
+from inferopt.transport.otel import OTLPReceiver
+from inferopt.transport.ports import free_port
 
-__all__ = ["VLLMEngine", "free_port"]
+__all__ = ["VLLMEngine"]
 
 ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER = Path(__file__).resolve().with_name("launch.py")
 STOP_GRACE_S = 15.0
 SPAN_WAIT_S = 10.0
 WARMUP_PREFIX = "warmup-"  # the load runner's warm-up request ids
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the server binds it; a lost race fails start with the log)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class VLLMStartError(RuntimeError):
@@ -91,8 +90,6 @@ class VLLMEngine(EngineBase):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        from inferopt.model.loading import resolve_model_dir
-
         s = self.system
         python = s.python_path(ROOT)
         if not python.exists():
@@ -127,8 +124,6 @@ class VLLMEngine(EngineBase):
         s = self.system
         python = s.python_path(ROOT)
         if s.tracing:
-            from inferopt.transport.otel import OTLPReceiver
-
             self.receiver = OTLPReceiver().start()
         self.port = free_port()
         args = serve_args(
@@ -152,8 +147,6 @@ class VLLMEngine(EngineBase):
         await self._wait_healthy()
         startup_s = time.monotonic() - t0
         reset = await self._reset_prefix_cache()
-        from inferopt.engines.openai import OpenAIEngine
-
         vocab = int(json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"])
         # vLLM refuses a non-zero priority unless it schedules by priority; real output ids come back per chunk
         self._client = OpenAIEngine(
@@ -169,8 +162,6 @@ class VLLMEngine(EngineBase):
             extra_body={"return_token_ids": True},
         )
         await self._client.start()
-        from inferopt.transport.gauges import GaugePoller
-
         self._gauges = GaugePoller(f"{self.base_url}/metrics").start()
         return startup_s, reset
 
@@ -280,8 +271,6 @@ class VLLMEngine(EngineBase):
         if self._gauges is not None:
             self._info["server_gauge_peaks"] = self._gauges.take()
         if "kv_cache_report" not in self._info:
-            from inferopt.locate.kv_vllm import cache_config_from_metrics, parse_kv_log
-
             log = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
             self._info["kv_cache_report"] = {"cache_config": cache_config_from_metrics(raw), "log": parse_kv_log(log)}
         return vllm_metrics(raw)
@@ -309,8 +298,6 @@ class VLLMEngine(EngineBase):
     async def server_timings(self, request_ids: list[str], wait_s: float = SPAN_WAIT_S) -> dict[str, ServerTimings]:
         """Server-side timings of `request_ids` from their vLLM spans (waits up to `wait_s` for spans still
         in flight; requests without a span — rejected, failed, lost — are simply absent)."""
-        from inferopt.measure.join import vllm_request_id
-
         if self.receiver is None:
             return {}
         want = {vllm_request_id(r): r for r in request_ids}
@@ -319,12 +306,6 @@ class VLLMEngine(EngineBase):
         return self.timings_from_spans(request_ids)
 
     def timings_from_spans(self, request_ids: list[str]) -> dict[str, ServerTimings]:
-        from inferopt.measure.join import (
-            clock_offset_s,
-            timings_from_vllm_span,
-            vllm_request_id,
-        )
-
         if self.receiver is None:
             return {}
         spans = self.receiver.spans()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from inferopt.config import VLLMSystem
+from inferopt.transport.prometheus import metric_sum, split_key
 
 __all__ = ["log_tail", "serve_args", "server_env", "vllm_metrics"]
 
@@ -142,8 +143,6 @@ def vllm_metrics(raw: dict[str, float]) -> dict[str, float]:
     """Parsed `/metrics` (`parse_prometheus` keys) -> a flat dict: gauges and counters summed over label
     sets, admission rejections also per `reason`, histograms as `<name>_sum` / `<name>_count`. Missing
     series are left out (not zero), so a renamed metric shows up as absent, not as 'nothing happened'."""
-    from inferopt.transport.prometheus import metric_sum, split_key
-
     names = {split_key(k)[0] for k in raw}
     out: dict[str, float] = {}
     for key, metric in {**_GAUGES, **_COUNTERS}.items():

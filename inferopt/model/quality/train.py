@@ -32,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from inferopt.model.build import build_byte_tokenizer
 from inferopt.model.quality.corpus import (
     _EN_KEYS,
     _ZH_KEYS,
@@ -191,8 +192,6 @@ def train(
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from inferopt.model.build import build_byte_tokenizer
-
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     tok = build_byte_tokenizer(MODEL_SPEC["vocab_size"])
@@ -266,7 +265,10 @@ def train(
                 }
                 if kv_curriculum > 0:
                     level_dev = [_kv_draw(kv_dev_rng, kv_level) for _ in range(24)]
-                    level_acc = sum(a == e.answer for a, e in zip(_answers(model, tok, level_dev), level_dev, strict=False)) / 24
+                    level_acc = (
+                        sum(a == e.answer for a, e in zip(_answers(model, tok, level_dev), level_dev, strict=False))
+                        / 24
+                    )
                     entry["kv_level"], entry["kv_level_acc"] = KV_LEVELS[kv_level], round(level_acc, 3)
                     if level_acc >= 0.8 and kv_level + 1 < len(KV_LEVELS):
                         kv_level += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from inferopt.ablate.plan import plan_arms
 from inferopt.config import CandidateConfig
 from inferopt.verdict.lint.cheats import Finding, apply_allow
 from inferopt.verdict.lint.postrun import (
@@ -89,8 +90,6 @@ def lint_run(
     logged_arms: Iterable[str] | None = None,
 ) -> list[Finding]:
     """Every cheat check over one flow run's artifacts (see `prerun.py`, `postrun.py`), `lint.allow` applied."""
-    from inferopt.ablate.plan import plan_arms
-
     tables = workload_tables(candidate)
     runs = collect_runs(candidate, measured, ablation, scenarios, tables)
     findings = check_config(candidate, tables)

@@ -14,7 +14,9 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 
 from inferopt.config import AnySystem, CandidateConfig
+from inferopt.validate import scenarios
 from inferopt.verdict.lint.cheats import FORCED_LENGTH_KEYS, CheatRefused, Finding, apply_allow
+from inferopt.workload.build import build_workload
 
 SHORT_OUTPUT_TOKENS = 16  # a fixed length at or below this is called "short" in the message
 
@@ -71,8 +73,6 @@ def _fake_note(system: AnySystem) -> list[Finding]:
 
 def workload_tables(candidate: CandidateConfig) -> dict[str, pd.DataFrame]:
     """The request tables the run will send (seeded, cheap: no model): measure, ablation, each scenario."""
-    from inferopt.validate import scenarios
-    from inferopt.workload.build import build_workload
 
     def scenario_table(wl, sc):  # the table a scenario replays (re-timed trace bursts where supported)
         if hasattr(scenarios, "scenario_requests"):
