@@ -11,7 +11,6 @@ strategies measured on it, then one chosen.
 
 `load_case(path)` is `load_config(path, kind="case")` (a file with `strategies` is detected as a case): the
 same file references (`workload:`, `slo:`, `baseline:` may be a relative `.yaml` path) and the same errors.
-
 Deliberately not here: building the request table, running or deciding (`inferopt.validate.case_study`).
 """
 

@@ -3,7 +3,7 @@
 Engine modules are imported lazily inside `make_engine`, so `import inferopt.engines` does not import
 torch or transformers.
 
-Deliberately not here: engine logic (hf.py, fake.py, vllm.py, openai.py) and scheduling policy (scheduler.py).
+Deliberately not here: engine logic (`hf/`, `fake.py`, `vllm/`, `openai.py`, `pooled.py`) and scheduling policy (`scheduler.py`).
 """
 
 from __future__ import annotations

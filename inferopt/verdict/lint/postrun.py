@@ -129,7 +129,7 @@ def has_prefix_cache(info: Mapping[str, Any]) -> bool | None:
     if engine == "fake":
         return float(info.get("cached_prefix_fraction") or 0.0) > 0.0
     if engine == "vllm":
-        return True  # vLLM (V1) caches prefixes unless enable_prefix_caching is false
+        return True  # vLLM's v1 engine caches prefixes unless enable_prefix_caching is false
     return None
 
 
