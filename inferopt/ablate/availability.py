@@ -73,7 +73,10 @@ def unavailable_reason(system: AnySystem) -> str | None:
     for (fld, prefix), package in OPTION_PACKAGES.items():
         value = getattr(system, fld)
         if value.startswith(prefix) and importlib.util.find_spec(package.split(".")[0]) is None:
-            return f"{fld}: {value} needs the {package!r} package, not installed here; fix: pip install -e . (pyproject lists it)"
+            return (
+                f"{fld}: {value} needs the {package!r} package, not installed here; "
+                "fix: pip install -e . (pyproject lists it)"
+            )
     if system.sliding_window is not None:
         from inferopt.model.loading import resolve_model_dir, sliding_window_support
 

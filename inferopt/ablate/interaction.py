@@ -7,7 +7,8 @@ differences instead.
 `interaction_bootstrap` resamples trials then requests. Both return an `Interaction`: observed vs predicted
 ratio, their quotient (the interaction, 1 = none) with its interval and p-value.
 
-Deliberately not here: the generic bootstrap / t machinery (`inferopt.stats.inference`) and tables (`inferopt.ablate.compare`).
+Deliberately not here: the generic bootstrap / t machinery (`inferopt.stats.inference`) and tables
+(`inferopt.ablate.compare`).
 """
 
 from __future__ import annotations

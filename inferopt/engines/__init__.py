@@ -3,7 +3,8 @@
 Engine modules are imported lazily inside `make_engine`, so `import inferopt.engines` does not import
 torch or transformers.
 
-Deliberately not here: engine logic (`hf/`, `fake.py`, `vllm/`, `openai.py`, `pooled.py`) and scheduling policy (`scheduler.py`).
+Deliberately not here: engine logic (`hf/`, `fake.py`, `vllm/`, `openai.py`, `pooled.py`) and scheduling policy
+(`scheduler.py`).
 """
 
 from __future__ import annotations
@@ -45,5 +46,6 @@ def make_engine(system: AnySystem) -> Engine:
 
         return PooledEngine(system)
     raise TypeError(
-        f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem"
+        f"no engine for {type(system).__name__}; "
+        "fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem"
     )

@@ -164,7 +164,8 @@ def judge_cost(costs: pd.DataFrame) -> tuple[str, list[str]]:
         return "fail", [f"candidate served no request within SLO (cost per success is infinite; baseline {b:.3g} USD)"]
     passed = c <= b * 1.0 or not np.isfinite(b)
     return ("pass" if passed else "fail"), [
-        f"{'cost per successful task' if col.endswith('task_usd') else 'cost per successful request'}: baseline {b:.3g} USD ({int(base['successful'])} ok within SLO), "
+        f"{'cost per successful task' if col.endswith('task_usd') else 'cost per successful request'}: "
+        f"baseline {b:.3g} USD ({int(base['successful'])} ok within SLO), "
         f"candidate {c:.3g} USD ({int(cand['successful'])}) -> {'not more expensive' if passed else 'more expensive'}"
     ]
 

@@ -23,7 +23,8 @@ from typing import Any
 from inferopt.config import GateSettings, ModelSpec, OpenAISystem, VLLMSystem
 from inferopt.gate.lmeval import SuiteResult
 
-EVAL_CONCURRENCY = 16  # lm-eval requests in flight (at most the arm's max_num_seqs): the server batches them (240 docs in 63 s on 2 loaded cores)
+# lm-eval requests in flight (at most the arm's max_num_seqs): the server batches them (240 docs in 63 s, 2 busy cores)
+EVAL_CONCURRENCY = 16
 
 
 def model_context_len(model_dir: str | Path) -> int | None:

@@ -206,7 +206,8 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
     for row in both[both["status"] != "pass"].itertuples():
         reasons.append(
             f"  {row.status}: {row.slice} {row.metric} {row.base_mean:.3f} -> {row.cand_mean:.3f} "
-            f"(diff {row.diff:+.3f}, {100 * (1 - gate.quality_alpha):.0f}% CI [{row.ci_lo:+.3f}, {row.ci_hi:+.3f}], n={row.n})"
+            f"(diff {row.diff:+.3f}, {100 * (1 - gate.quality_alpha):.0f}% CI "
+            f"[{row.ci_lo:+.3f}, {row.ci_hi:+.3f}], n={row.n})"
         )
     reasons.append(f"  task success rate: baseline {rates['baseline']:.3f}, candidate {rates['candidate']:.3f}")
     return SuiteGate(

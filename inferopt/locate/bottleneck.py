@@ -277,7 +277,8 @@ def _phase_cause(
             "host_overhead",
             conf,
             (
-                f"{phase} runs at {eff:.0%} of the roofline minimum ({t_min_ms:.4g} ms vs measured {measured_ms:.4g} ms), "
+                f"{phase} runs at {eff:.0%} of the roofline minimum "
+                f"({t_min_ms:.4g} ms vs measured {measured_ms:.4g} ms), "
                 f"but the op profile puts {prof['host']:.0%} of it outside model ops (>= {HOST_SHARE_DOMINANT:.0%}): "
                 f"the host sets the pace, not the {row['bound']} roof -> host_overhead; {prof['text']}"
             ),

@@ -121,7 +121,8 @@ def kv_comparison(
             ceil_ctx,
             None,
             "sequences",
-            f"whole blocks: {blocks} // ceil({context_len_tok:g} tok / {block_size}) = {ceil_ctx} at the run's long context",
+            f"whole blocks: {blocks} // ceil({context_len_tok:g} tok / {block_size}) = {ceil_ctx} "
+            "at the run's long context",
         ),
         _cmp(
             "peak_running_sequences",

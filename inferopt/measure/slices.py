@@ -40,7 +40,9 @@ def _bucket(values: pd.Series, edges: tuple[float, ...], names: tuple[str, ...] 
     bins = [-np.inf, *edges, np.inf]
     if names is None or len(names) != len(bins) - 1:
         labels = (
-            [f"<={edges[0]:g}"] + [f"({a:g},{b:g}]" for a, b in zip(edges, edges[1:], strict=False)] + [f">{edges[-1]:g}"]
+            [f"<={edges[0]:g}"]
+            + [f"({a:g},{b:g}]" for a, b in zip(edges, edges[1:], strict=False)]
+            + [f">{edges[-1]:g}"]
             if edges
             else ["all"]
         )

@@ -213,12 +213,12 @@ def paired_repeat_test(
     diff and its CI are the ratio and its CI on the baseline's scale, a_value · (ratio - 1), so the
     difference's CI excludes 0 exactly when the ratio's excludes 1.
 
-    Why not resample requests: within a trial they are not independent — batch-mates share decode steps,
-    everyone shares the queue — so a request-level bootstrap credits a trial with far more information than
-    it holds, and with 3-5 trials its percentile interval is too narrow (measured: A/A false alarms at 8-14 %
-    for a nominal 5 % on the fake engine, `benchmarks/verdict_error_rates.py`; this test: 2-6 %). The t distribution is what
-    makes few repeats honest. Assumes the d_r are roughly normal (log ratios of per-trial statistics are); a
-    pair where either statistic is missing or <= 0 is dropped. Fewer than 2 pairs: no test (NaN)."""
+    Why not resample requests: within a trial they are not independent — batch-mates share decode steps, everyone
+    shares the queue — so a request-level bootstrap credits a trial with far more information than it holds, and with
+    3-5 trials its percentile interval is too narrow (measured: A/A false alarms at 8-14 % for a nominal 5 % on the
+    fake engine, `benchmarks/verdict_error_rates.py`; this test: 2-6 %). The t distribution is what makes few repeats
+    honest. Assumes the d_r are roughly normal (log ratios of per-trial statistics are); a pair where either
+    statistic is missing or <= 0 is dropped. Fewer than 2 pairs: no test (NaN)."""
     name = metric or getattr(stat_fn, "__name__", "stat")
     a = [_finite(t) for t in a_trials]
     b = [_finite(t) for t in b_trials]

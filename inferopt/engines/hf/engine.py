@@ -1,4 +1,4 @@
-"""HFEngine: our in-process serving engine — a queue, static batching, and the greedy loop of `inferopt.engines.hf.loop`.
+"""HFEngine: our in-process serving engine — a queue, static batching, and the greedy loop of `loop.py`.
 
 One worker thread owns the model. `stream()` (on the asyncio loop) applies admission control
 (`admit_on_arrival`) and puts the request in a thread-safe waiting list; the worker asks `static_batch`

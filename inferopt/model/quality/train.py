@@ -265,7 +265,10 @@ def train(
                 }
                 if kv_curriculum > 0:
                     level_dev = [_kv_draw(kv_dev_rng, kv_level) for _ in range(24)]
-                    level_acc = sum(a == e.answer for a, e in zip(_answers(model, tok, level_dev), level_dev, strict=False)) / 24
+                    level_acc = (
+                        sum(a == e.answer for a, e in zip(_answers(model, tok, level_dev), level_dev, strict=False))
+                        / 24
+                    )
                     entry["kv_level"], entry["kv_level_acc"] = KV_LEVELS[kv_level], round(level_acc, 3)
                     if level_acc >= 0.8 and kv_level + 1 < len(KV_LEVELS):
                         kv_level += 1
