@@ -158,3 +158,12 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert "ruff check" in command and "pytest" in command
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert ci[-1] == command, f".ci/run's command {ci[-1]!r} is not the README's {command!r}"
+
+
+def test_readme_layout_lists_every_package_of_inferopt() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^  (\w+)/ ", layout, re.M))
+    packages = {p.parent.name for p in (ROOT / "inferopt").glob("*/__init__.py")}
+    assert packages <= listed, f"README's layout misses {sorted(packages - listed)}"
+    assert listed <= packages, f"README's layout lists packages that do not exist: {sorted(listed - packages)}"
