@@ -5,7 +5,8 @@ The accepted run's ablation holds the production system's trials (arm `candidate
 trial's duration). Tonight the same system replays the same workload (same seed, warm-ups, timeouts) for some
 repeats (`dispatch.run_arm_trials`); `compare_to_accepted` judges them per metric of `compare.METRICS` with the
 repeat-level paired t-test, Holm across all metrics (no gatekeeping: every metric is watched). A regression is
-loud only when it is beyond noise AND beyond `tolerance` (a 0.5 % slowdown can be significant and irrelevant).
+loud only when it is beyond noise AND beyond `tolerance` (a 0.5 % slowdown can be significant and irrelevant);
+`power_check` says when the repeats cannot see a regression of `tolerance`, and how many would.
 
 Deliberately not here: finding the accepted run, running the trials, MLflow tags, failing the flow
 (`flows/nightly.py`).

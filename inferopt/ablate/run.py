@@ -4,9 +4,10 @@ trial (no cache or warm state carries over between trials), then effects with CI
 The arms come from `plan.plan_arms` (baseline, the A/A arm, one per change, the candidate); each repeat runs
 every arm once in a seeded random order, warm-ups excluded and declared. The fixed design looks once, after
 `repeats`; the sequential one (`ablation.max_repeats`) looks after every repeat at alpha / K for K planned
-looks (Bonferroni: why not Pocock or O'Brien-Fleming, in docs/method.md, A1). Per metric `compare.compare_arms`
-tests, targets first; verdicts per arm: improves / regresses / no detectable change / skipped / failed. A
-significant A/A effect flags the run's noise on every verdict. A crashing arm is not retried; the others run.
+looks (Bonferroni: why not Pocock or O'Brien-Fleming, in docs/method.md, A1). `compare.compare_arms` tests the
+benefit (targets) and harm (every metric, against a tolerance) families; verdicts per arm: improves / regresses /
+no detectable change / skipped / failed. A significant A/A effect flags the run's noise on every verdict. A
+crashing arm is not retried; the others run.
 
 Deliberately not here: tracking (the task logs the returned tables) and the final accept/reject.
 """
