@@ -3,8 +3,8 @@
 (`inferopt.locate.flops.register_cpu_sdpa_flops`; without it CPU attention counts 0 FLOPs).
 
 For every context length x batch: one prefill of that many tokens per sequence, then one decode step on
-that cache, through the engine's own forward loop (`hf_loop.GreedyBatch`). Prints a table; the LAST line is
-one JSON object: {"max_rel_err": ..., "cases": ..., "within_2pct": ..., ...}.
+that cache, through the engine's own forward loop (`inferopt.engines.hf.loop.GreedyBatch`). Prints a table;
+the LAST line is one JSON object: {"max_rel_err": ..., "cases": ..., "within_2pct": ..., ...}.
 
 Usage: python benchmarks/flops_check.py [--model builtin:tiny-llama] [--attn sdpa] [--contexts 64 256 1024]
                                         [--batches 1 4] [--threads 1]

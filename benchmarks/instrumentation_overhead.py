@@ -117,7 +117,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
     info = engine.info()
     print(
         f"model={args.model} device={info['device']} dtype={info['dtype']} attn={info['attn_implementation']} "
-        f"threads={info['torch_threads']} handoff={info['event_handoff']} torch={info['torch_version']} transformers={info['transformers_version']}"
+        f"threads={info['torch_threads']} handoff={info['event_handoff']} torch={info['torch_version']} "
+        f"transformers={info['transformers_version']}"
     )
     print(
         f"{args.repeats} repeats x {len(prompts)} prompts x {args.new_tokens} new tokens, prompt_len={args.prompt_len}"

@@ -5,26 +5,13 @@
     python -m flows.nightly --serve --cron "0 2 * * *"     # serve deployment nightly/nightly on a schedule
     prefect deploy --all                                   # or: prefect.yaml's `nightly` on the work pool
 
-What "accepted" means (one place, MLflow): the production configuration is the `optimize` parent run tagged
-`inferopt.accepted = true`. `--accept RUN_ID` sets it (with `inferopt.accepted_at` and who/what promoted it)
-on a finished run whose verdict was `accept` (another verdict needs `--reason`, recorded as
-`inferopt.accepted_reason`), and clears it (`false`, `inferopt.superseded_by`) on the run it
-replaces, so exactly one run is production. The nightly check reads from that run its resolved candidate
-(`candidate.resolved.json`: the production system = baseline + changes, the workload, the measure settings)
-and its ablation's `candidate` trials (`4-ablate/phases.parquet`, `trials.parquet`) as the baseline. The
-baseline stays the promoted run — a passing night never replaces it, so a slow drift cannot creep in.
+Production is the `optimize` parent run tagged `inferopt.accepted = true` (exactly one: `accept_run` clears the
+tag on the run it replaces). Tonight its resolved candidate replays the same workload and
+`inferopt.ablate.regression` compares the trials with the accepted ones; the baseline stays the promoted run,
+so a slow drift cannot creep in. A regression ends the MLflow run FAILED and raises `NightlyRegression`, so the
+Prefect flow run fails and `prefect deployment run nightly/nightly --watch` exits non-zero.
 
-Tonight: the production system replays the same workload `repeats` times; `inferopt.ablate.regression`
-compares tonight with the accepted trials (paired repeat t-test per metric, Holm, a tolerance). Into MLflow: a
-run `nightly-<candidate>` (tag `inferopt.kind = nightly`, `inferopt.accepted_run`), the effects table, each
-trial's headline metrics, tag `inferopt.regression` = true/false and `inferopt.regression_reasons`. On a
-regression the MLflow run ends FAILED and the flow raises `NightlyRegression`: the Prefect flow run fails,
-`prefect deployment run nightly/nightly --watch` exits non-zero, and Prefect's UI and automations see it.
-
-`overrides` (dotted fields of the resolved candidate, e.g. {"baseline.decode_step_ms": 6.0}) re-measure a
-variant of production — a new driver image, a planted regression in a test; they are tagged on the run.
-
-Deliberately not here: the statistics (`inferopt.ablate.regression`), running trials (`dispatch.py`).
+Deliberately not here: the statistics (`inferopt.ablate.regression`), running trials (`inferopt.ablate.dispatch`).
 """
 
 from __future__ import annotations
@@ -85,7 +72,9 @@ def find_accepted_run(client: MlflowClient, experiment: str = DEFAULT_EXPERIMENT
 
 def accept_run(client: MlflowClient, run_id: str, by: str = "", reason: str = "") -> str | None:
     """Promote `run_id` (a finished optimize run whose verdict is accept) to production; returns the run it
-    replaces. Another verdict needs `reason` (e.g. production already runs it), recorded on the run."""
+    replaces. Another verdict needs `reason` (e.g. production already runs it), recorded on the run as
+    `inferopt.accepted_reason`; `inferopt.accepted_at` and who promoted it are tagged too. The replaced run gets
+    `inferopt.accepted = false` and `inferopt.superseded_by`, so exactly one run is production."""
     run = client.get_run(run_id)
     verdict = run.data.tags.get("inferopt.verdict")
     if run.data.tags.get("inferopt.kind") != "optimize" or run.info.status != "FINISHED":
@@ -146,7 +135,15 @@ def nightly(
     experiment: str = DEFAULT_EXPERIMENT,
 ) -> dict[str, Any]:
     """Re-measure the production configuration (the run tagged inferopt.accepted=true, or `accepted_run_id`)
-    `repeats` times (default: as many as it was accepted with) and compare it with its accepted trials."""
+    `repeats` times (default: as many as it was accepted with) and compare it with its accepted trials.
+
+    Read from the accepted run: `candidate.resolved.json` (the production system = baseline + changes, the
+    workload, the measure settings) and its ablation's `candidate` trials (`4-ablate/phases.parquet`,
+    `trials.parquet`). Logged: a run `nightly-<candidate>` (tags `inferopt.kind = nightly`,
+    `inferopt.accepted_run`), the effects table, each trial's headline metrics, `inferopt.regression` and
+    `inferopt.regression_reasons`. `overrides` (dotted fields of the resolved candidate, e.g.
+    {"baseline.decode_step_ms": 6.0}) re-measure a variant of production — a new driver image, a planted
+    regression in a test — and are tagged on the run."""
     client = MlflowClient(tracking_uri=tracking_uri())
     run_id = accepted_run_id or find_accepted_run(client, experiment)
     cfg, accepted = load_accepted(client, run_id, overrides)

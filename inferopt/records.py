@@ -5,7 +5,8 @@ at import, so in-process engines, the load runner and (later) server-side spans 
 Metrics (TTFT, TPOT, Q, T_prefill, residuals) are pure functions of these fields in `inferopt.measure.phases`.
 
 `RecordSink` appends each finished record as one JSON line and flushes, so killing a run mid-way leaves
-every finished request on disk (fsync runs on a background thread, off the event loop). Failures are records too (M2): outcome + error, never dropped.
+every finished request on disk (fsync runs on a background thread, off the event loop). Failures are records
+too (M2): outcome + error, never dropped.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@
     .venv/bin/python scripts/screenshot.py                      # the newest results/<run_id>/ with a report
     .venv/bin/python scripts/screenshot.py <run_id> --out shots/ [--no-mlflow]
 
-Writes `report.png` (the top of the report: verdict and reasons, 1400×3000), `report_full.png` (the whole
-report), `mlflow_run.png` (the run page: status, tags, metrics, parameters), and `mlflow_artifacts.png` (the
-run's artifacts with report.html selected: MLflow's own HTML preview of the logged report). For the MLflow pages it starts `mlflow server` on 127.0.0.1 on a free port against
-the project's tracking store, waits for /health, and stops it afterwards. Each PNG is checked to be non-blank
-(enough pixels away from the background colour). The last stdout line is one JSON object; exit status 1 when
-a screenshot is missing or blank, 3 when Chromium is not installed.
+Writes `report.png` (the top of the report: verdict and reasons, 1400×3000), `report_full.png` (the whole report),
+`mlflow_run.png` (the run page: status, tags, metrics, parameters), and `mlflow_artifacts.png` (the run's artifacts with
+report.html selected: MLflow's own HTML preview of the logged report). For the MLflow pages it starts `mlflow server` on
+127.0.0.1 on a free port against the project's tracking store, waits for /health, and stops it afterwards. Each PNG is
+checked to be non-blank (enough pixels away from the background colour). The last stdout line is one JSON object; exit
+status 1 when a screenshot is missing or blank, 3 when Chromium is not installed.
 """
 
 from __future__ import annotations

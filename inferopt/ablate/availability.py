@@ -3,14 +3,11 @@ without a GPU, a kernel package that is not installed) is a *skipped* arm with i
 Failed means the option ran, or tried to, and crashed (an out-of-memory, a kernel error): that is evidence
 against the option; skipped is only the absence of evidence here.
 
-Two checks:
-1. before any trial, `unavailable_reason(system)`: each engine's own check of what its options are known to
-   need (`inferopt.engines.unavailable_reason`; no model is loaded: CUDA for GPU-only kernels, the package an
-   option's code lives in, vLLM's interpreter, an architecture with sliding-window attention);
-2. at start, `start_failure_reason(run)`: the engine's start raising ImportError (transformers raises it for
-   `attn_implementation: flash_attention_2` without the flash-attn package) means the option's code is not
-   here. Any other start error (RuntimeError, OOM, ...) stays a failure: we cannot tell "unsupported" from
-   "broken" by reading arbitrary messages, and calling a crash "skipped" would hide it.
+Two checks: before any trial, `unavailable_reason(system)`: each engine's own check of what its options are
+known to need (`inferopt.engines.unavailable_reason`; no model is loaded: CUDA for GPU-only kernels, the package
+an option's code lives in, vLLM's interpreter, an architecture with sliding-window attention); at start,
+`start_failure_reason(run)`: the engine's start raising ImportError means the option's code is not here. Any
+other start error (RuntimeError, OOM, ...) stays a failure: calling a crash "skipped" would hide it.
 
 Deliberately not here: engine code (engines own start() and their option checks) and running trials (`run.py`).
 """

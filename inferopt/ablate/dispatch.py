@@ -1,19 +1,15 @@
-"""One arm's trials as a unit of work that can run elsewhere (a Prefect worker on another node), and its
-results as files that travel back to the process that runs the statistics.
+"""One arm's trials as a unit of work that can run elsewhere (a Prefect worker on another node), and its results
+as files that travel back to the process that runs the statistics.
 
-- `run_arm_trials(candidate, arm, out_dir)`: every planned repeat of one arm (the same workload table,
-  warm-ups and timeouts as `run.ablate`), each trial saved under `out_dir/trial-<repeat>/` the moment it
-  ends; a crashed trial ends the arm (not retried, as in `ablate`). The wall-clock window of the arm is
-  returned so a caller can show that arms really ran side by side.
+- `run_arm_trials`: every planned repeat of one arm, each trial saved the moment it ends;
 - `save_run` / `load_run`: a `MeasuredRun` as plain files (run.json, requests.jsonl, phases.parquet,
-  aggregate_join.parquet) — no pickles, so a results directory from another machine is safe to read.
-- `PrecomputedTrials`: the `run_trial` hook of `run.ablate` that hands back the trials a worker ran
-  instead of running them here; a trial no worker reported becomes a failed run saying so (never lost).
+  aggregate_join.parquet) — no pickles, so a results directory from another machine is safe to read;
+- `PrecomputedTrials`: the `run_trial` hook of `run.ablate` that hands back the trials a worker ran.
 
-On workers the arms run concurrently, each arm's repeats in order: repeat r of every arm still pairs in the
-statistics (they ran at about the same time, sharing the drift of the day), but on separate nodes the arm
-effect includes the node-to-node difference; the A/A arm on its own node measures that floor. Sequential
-stopping still looks after each repeat, but workers run all `max_repeats` (they cannot see the looks).
+On workers the arms run concurrently, each arm's repeats in order: repeat r of every arm still pairs (they ran
+at about the same time, sharing the day's drift), but on separate nodes the arm effect includes the node-to-node
+difference; the A/A arm on its own node measures that floor. Sequential stopping still looks after each repeat,
+but workers run all `max_repeats` (they cannot see the looks).
 
 Deliberately not here: Prefect (submitting the runs) and MLflow (moving the files): `tasks/dispatch.py`.
 """
@@ -128,7 +124,10 @@ def run_arm_trials(
     repeats: int | None = None,
 ) -> tuple[list[MeasuredRun], ArmWindow]:
     """Run `repeats` (default: every planned repeat, `ablation.look_repeats[-1]`) trials of arm `arm_name`
-    of `candidate`, saving each under `out_dir/trial-<r>/`. Raises ValueError for an unknown arm."""
+    of `candidate`, saving each under `out_dir/trial-<r>/`. Raises ValueError for an unknown arm.
+
+    The same workload table, warm-ups and timeouts as `run.ablate`; a crashed trial ends the arm (not retried,
+    as in `ablate`). The arm's wall-clock window comes back so a caller can show that arms ran side by side."""
     arms = {a.name: a for a in plan_arms(candidate)}
     if arm_name not in arms:
         raise ValueError(
@@ -170,7 +169,7 @@ def run_arm_trials(
 class PrecomputedTrials:
     """`run_trial` for `run.ablate`: trial results that workers saved, one directory per arm
     (`arm_dirs[arm]/trial-<repeat>/`). `missing[arm]` says why an arm has no results (e.g. its flow run
-    crashed); such trials come back as failed runs with that reason."""
+    crashed); such trials come back as failed runs with that reason — a trial no worker reported is never lost."""
 
     def __init__(self, arm_dirs: dict[str, Path], missing: dict[str, str] | None = None) -> None:
         self.arm_dirs = arm_dirs

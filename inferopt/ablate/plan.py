@@ -1,20 +1,11 @@
-"""Which arms to run and in what order (A1): one fixed workload, arms that differ from the baseline only
-in the candidate's changes, trials interleaved in a seeded random order per repeat (no arm always runs
-first on a warming machine).
+"""Which arms to run and in what order (A1): one fixed workload, arms that differ from the baseline only in the
+candidate's changes, trials interleaved in a seeded random order per repeat (no arm always runs first on a
+warming machine).
 
-Arms derived from a candidate, in this order:
-- `baseline`: the baseline system;
-- `aa` (role "aa", when `ablation.aa_arm`): the baseline system again under another name. Baseline vs aa is
-  an A/A comparison: it measures the noise floor in the same run, on the same machine state, and any
-  "significant" effect it shows is a false alarm that says the run's noise is not what the statistics assume;
-- one arm per change (role "single", named by the change's dotted path), only when the candidate has two or
-  more changes: the baseline with that change alone, checked to differ from the baseline in exactly one
-  leaf field (`inferopt.config.single_change_systems`, which also runs when the config is loaded);
-- one arm per `ablation.extra_arms` entry (role "extra", named `path=value`): an alternative for one field
-  (another kernel, another bit width) compared with the baseline like a single-change arm, but not part of
-  the combination and not in the interaction analysis;
-- `candidate` (role "candidate"): all changes together, the remedy under test. The rest of the pipeline
-  (validate, gate, verdict) reads this name. With a single change it *is* the one-change arm (not run twice).
+Arms derived from a candidate, in this order (`plan_arms` says what each is for): `baseline`; `aa`, the baseline
+again — an A/A comparison measuring the noise floor in the same run; one arm per change, only when there are
+two or more; one arm per `ablation.extra_arms` entry (an alternative for one field, outside the combination);
+and `candidate`, all changes together, the remedy under test (with a single change it *is* the one-change arm).
 
 Deliberately not here: running trials (`run.py`) and statistics (`compare.py`).
 """
@@ -55,8 +46,21 @@ class Trial:
 
 
 def plan_arms(candidate: CandidateConfig) -> list[Arm]:
-    """The arms of `candidate`'s ablation (see the module docstring). Raises ValueError when a one-change arm
-    would differ from the baseline in anything but exactly one field."""
+    """The arms of `candidate`'s ablation, in order. Raises ValueError when a one-change arm would differ from
+    the baseline in anything but exactly one field.
+
+    - `baseline` (role "baseline"): the baseline system;
+    - `aa` (role "aa", when `ablation.aa_arm`): the baseline system again under another name. Baseline vs aa is
+      an A/A comparison: it measures the noise floor in the same run, on the same machine state, and any
+      "significant" effect it shows is a false alarm saying the run's noise is not what the statistics assume;
+    - one arm per change (role "single", named by the change's dotted path), only with two or more changes:
+      the baseline with that change alone, checked to differ from the baseline in exactly one leaf field
+      (`inferopt.config.single_change_systems`, which also runs when the config is loaded);
+    - one arm per `ablation.extra_arms` entry (role "extra", named `path=value`): an alternative for one field
+      (another kernel, another bit width) compared with the baseline like a single-change arm, but not part of
+      the combination and not in the interaction analysis;
+    - `candidate` (role "candidate"): all changes together. The rest of the pipeline (validate, gate, verdict)
+      reads this name. With a single change it *is* the one-change arm (not run twice)."""
     base = candidate.baseline
     arms = [Arm(name=BASELINE, role="baseline", system=base)]
     if candidate.ablation.aa_arm:

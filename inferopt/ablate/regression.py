@@ -1,20 +1,12 @@
-"""Nightly regression check: tonight's re-measurement of the accepted production configuration against the
-trials that got it accepted, with the ablation's own statistics.
+"""Nightly regression check: tonight's re-measurement of the accepted production configuration against the trials
+that got it accepted, with the ablation's own statistics (SPEC A1).
 
-The accepted run's ablation holds the production system's trials (arm `candidate`: per-request phases and
-each trial's duration). Tonight the same system replays the same workload (same seed, warm-ups, timeouts)
-for some repeats (`dispatch.run_arm_trials`). Per metric of `compare.METRICS`, `compare.compare_arms` runs
-the repeat-level paired t-test (`stats.paired_repeat_test`) of tonight against the accepted trials, Holm
-across all metrics (no gatekeeping: every metric is watched).
-
-Pairing: repeat r of tonight is matched with repeat r of the accepted run. Across days no machine drift is
-shared, so the pairing buys nothing — but it costs no validity either: the per-pair log ratios are then
-independent with variance var_accepted + var_tonight, which is what the t-test's spread measures.
-
-A regression is loud only when it is beyond noise AND beyond `tolerance`: a metric significantly worse at
-`alpha` whose ratio is past 1 ± tolerance (a 0.5 % slowdown can be significant and irrelevant). Also a
-regression: any of tonight's trials crashed, or tonight's share of failed requests (timeout / rejected /
-error) exceeds the accepted run's by more than `tolerance`.
+The accepted run's ablation holds the production system's trials (arm `candidate`: per-request phases and each
+trial's duration). Tonight the same system replays the same workload (same seed, warm-ups, timeouts) for some
+repeats (`dispatch.run_arm_trials`); `compare_to_accepted` judges them per metric of `compare.METRICS` with the
+repeat-level paired t-test, Holm across all metrics (no gatekeeping: every metric is watched). A regression is
+loud only when it is beyond noise AND beyond `tolerance` (a 0.5 % slowdown can be significant and irrelevant);
+`power_check` says when the repeats cannot see a regression of `tolerance`, and how many would.
 
 Deliberately not here: finding the accepted run, running the trials, MLflow tags, failing the flow
 (`flows/nightly.py`).
@@ -118,8 +110,15 @@ def compare_to_accepted(
     tolerance: float = 0.05,
     context: RequestSLO = RequestSLO(),  # noqa: B008 - frozen
 ) -> RegressionCheck:
-    """Judge tonight's trials against the accepted ones (see the module docstring). Raises ValueError when
-    fewer than two repeats on either side ran: there is no spread to judge noise by."""
+    """Judge tonight's trials against the accepted ones. Raises ValueError when fewer than two repeats on
+    either side ran: there is no spread to judge noise by.
+
+    Regressed: a metric significantly worse at `alpha` whose ratio is past 1 ± tolerance; any of tonight's
+    trials crashed; or tonight's share of failed requests (timeout / rejected / error) exceeds the accepted
+    run's by more than `tolerance`. Pairing: repeat r of tonight is matched with repeat r of the accepted run.
+    Across days no machine drift is shared, so the pairing buys nothing — but it costs no validity either: the
+    per-pair log ratios are then independent with variance var_accepted + var_tonight, which is what the
+    t-test's spread measures."""
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance = {tolerance}: expected a fraction in [0, 1), e.g. 0.05")
     reasons: list[str] = []

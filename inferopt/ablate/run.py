@@ -1,32 +1,13 @@
-"""Step 4, ablate: replay one fixed workload on every arm, repeats interleaved, engine restarted per trial
-(no cache or warm state carries over between trials), then effects with CIs and a verdict per arm.
+"""Step 4, ablate (SPEC A1): replay one fixed workload on every arm, repeats interleaved, engine restarted per
+trial (no cache or warm state carries over between trials), then effects with CIs and a verdict per arm.
 
-Design of the trials (SPEC A1):
-- the arms come from `plan.plan_arms`: baseline, the A/A arm (the baseline again: the noise floor measured in
-  the same run), one arm per change when there are several, and the combined `candidate`;
-- every repeat runs each arm once in a seeded random order; each trial starts a fresh engine and sends
-  `measure.warmup_requests` warm-up requests first, excluded from the statistics and declared on the run;
-- looks: the fixed design looks once, after `repeats`, at `alpha`. The sequential design
-  (`ablation.max_repeats`) looks after every repeat from `min_repeats` to `max_repeats` and stops at the first
-  look where every tested arm (single-change arms and the candidate; not the A/A arm) has every target metric
-  significant after Holm, or at `max_repeats`.
-- the correction for peeking is Bonferroni over the planned looks: each look tests at alpha / K (K planned
-  looks), so P(any false alarm at any look) <= K * alpha / K = alpha by the union bound — for any stopping rule
-  and any dependence between looks. Chosen over Pocock / O'Brien-Fleming boundaries because those are
-  derived for a Gaussian statistic with independent increments; our statistics are bootstrap p-values of
-  percentiles, whose covariance across looks is unknown. The price: it is conservative (for K = 4 a look
-  tests at 0.0125 where Pocock would allow ~0.018). Every look and the alpha used are in the result.
-
-Per metric, `ablation.test` (default: a paired t-test over repeats, `compare.compare_arms`), target metrics
-first and the others only when every target moved (Holm in each family: family-wise error <= alpha).
-Verdicts per arm: improves / regresses / no detectable change (compare.arm_verdict at the final look's
-alpha), skipped (the option cannot run here: known before the run, or ImportError at engine start — see
-`availability.py`), failed (it crashed: the error is kept). The A/A arm's effects are reported like any
-other arm's; if it shows a significant difference the run's noise is flagged as suspicious on every verdict.
-With two or more single-change arms, `interactions` compares the combined arm with the product of the
-single ratios (compare.interaction_table).
-
-An arm whose trial crashes is not retried; the other arms still run and are reported.
+The arms come from `plan.plan_arms` (baseline, the A/A arm, one per change, the candidate); each repeat runs
+every arm once in a seeded random order, warm-ups excluded and declared. The fixed design looks once, after
+`repeats`; the sequential one (`ablation.max_repeats`) looks after every repeat at alpha / K for K planned
+looks (Bonferroni: why not Pocock or O'Brien-Fleming, in docs/method.md, A1). `compare.compare_arms` tests the
+benefit (targets) and harm (every metric, against a tolerance) families; verdicts per arm: improves / regresses /
+no detectable change / skipped / failed. A significant A/A effect flags the run's noise on every verdict. A
+crashing arm is not retried; the others run.
 
 Deliberately not here: tracking (the task logs the returned tables) and the final accept/reject.
 """
@@ -127,9 +108,16 @@ def ablate(
 ) -> AblationResult:
     """Run the ablation of `candidate` (see the module docstring). `run_trial(trial, tags)`, when given,
     returns a trial's run instead of running it here (`dispatch.PrecomputedTrials`: arms run on Prefect
-    workers). `system_for_trial(arm, trial)` may replace
-    the system a trial starts (default: the arm's own), e.g. `fresh_fake_noise`. `engine_factory(system)`
-    builds each trial's engine (tests pass a fake)."""
+    workers). `system_for_trial(arm, trial)` may replace the system a trial starts (default: the arm's own),
+    e.g. `fresh_fake_noise`; `engine_factory(system)` builds each trial's engine (tests pass a fake).
+
+    Sequential design: from `min_repeats` to `max_repeats`, stop at the first look where every tested arm
+    (single-change arms and the candidate; not the A/A arm) has every target metric significant after Holm.
+    Each look tests at alpha / K, so P(any false alarm at any look) <= alpha by the union bound, for any
+    stopping rule and any dependence between looks; conservative (K = 4: 0.0125 where Pocock allows ~0.018).
+    Every look and the alpha used are in the result. Skipped: the option cannot run here (known before the run,
+    or ImportError at engine start, `availability.py`); failed: it crashed (the error is kept). With two or
+    more single-change arms, `interactions` compares the combined arm with the product of the single ratios."""
     out_dir = Path(out_dir)
     settings = candidate.ablation
     context = RequestSLO.of(candidate.workload, candidate.slo)  # failures censored, goodput's SLO

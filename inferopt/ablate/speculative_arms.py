@@ -1,18 +1,14 @@
-"""SPEC K5 beside the effects: for every ablation arm that decodes speculatively, the measured acceptance rate a,
-the predicted tokens per round 1 + a + ... + a^k, the measured tokens per round, and the predicted speed-up next
-to the measured one (TPOT p50, baseline / arm, with the CI of the effects table).
+"""SPEC K5 beside the effects: for every ablation arm that decodes speculatively, the measured acceptance rate a, the
+predicted tokens per round 1 + a + ... + a^k, the measured tokens per round, and the predicted speed-up next to
+the measured one (TPOT p50, baseline / arm, with the CI of the effects table).
 
-Where the figures come from:
-- hf engine (`HFSystem.speculative`): every measured request's rounds (`spec_drafted`, `spec_accepted` on its
-  record), pooled over the arm's trials; the cost ratio c = mean draft decode forward (the engine's `spec_*`
-  counters, `server_metrics` differences over each trial) / one plain target step, the baseline's TPOT p50 —
-  Leviathan's c. Their formula prices a verify forward at one plain step; a (k+1)-token verify costs more
-  (on CPU with a tiny model about two steps), so `predicted_speedup_with_verify_cost` also prices it as timed:
-  (1 + a + ... + a^k) / (k c + verify / step);
+- hf engine (`HFSystem.speculative`): every measured request's rounds (`spec_drafted`, `spec_accepted`), pooled
+  over the arm's trials; c = mean draft forward (the engine's `spec_*` counters over each trial) / the
+  baseline's TPOT p50. Leviathan et al. price a verify forward at one plain step; a (k+1)-token verify costs
+  more (on CPU with a tiny model about two steps), so `predicted_speedup_with_verify_cost` prices it as timed.
 - vLLM (`VLLMSystem.speculative_config`): the server's `vllm:spec_decode_*` counters over each trial. vLLM counts
   accepted tokens per position but not drafted tokens per round, so the rounds that ended in a rejection are
-  bounded from above (rounds not fully accepted at position k, and drafted - accepted): exact when every
-  round drafts k tokens, else a is a lower bound. c = 0 for `ngram` (a prompt lookup, no forward), else unknown.
+  bounded from above: exact when every round drafts k tokens, else a is a lower bound. c = 0 for `ngram`.
 
 Deliberately not here: the arithmetic (`inferopt.ablate.speculative_math`) and running trials (`run.py`).
 """

@@ -9,13 +9,7 @@ own (the correction, or a bonus token when all k were accepted). Then
   expected speed-up over plain decoding = (1 - a^(k+1)) / ((1 - a) (k c + 1)); a verify forward that costs v
   plain steps gives / (k c + v) instead.
 
-`acceptance_rate` estimates a from observed rounds by maximum likelihood: every proposal position that was
-judged is one Bernoulli trial (accepted, or the round's rejection); positions after a rejection were never
-judged. So a = accepted / (accepted + rounds that ended in a rejection). This is NOT vLLM's "draft acceptance
-rate" accepted / drafted (`draft_acceptance_rate`), which counts unjudged positions as failures and is
-smaller than a whenever k > 1. With a estimated this way, the predicted and the measured tokens per round
-differ only when acceptance is not independent across positions (easy stretches accept everything, hard
-ones nothing) — the gap the K5 check shows.
+`acceptance_rate` estimates a by maximum likelihood (it says how, and why it is not vLLM's accepted / drafted).
 
 Deliberately not here: running anything (engines), and per-arm tables (`inferopt.ablate.speculative_arms`).
 """
@@ -53,8 +47,15 @@ def predicted_speedup(acceptance_rate: float, k: int, cost_ratio: float, verify_
 
 
 def acceptance_rate(drafted: Sequence[int], accepted: Sequence[int]) -> float:
-    """MLE of the per-position acceptance probability from rounds (see module doc); nan without any judged
-    position. `drafted[i]` and `accepted[i]` are round i's proposed and accepted token counts."""
+    """MLE of the per-position acceptance probability from rounds; nan without any judged position.
+    `drafted[i]` and `accepted[i]` are round i's proposed and accepted token counts.
+
+    Every proposal position that was judged is one Bernoulli trial (accepted, or the round's rejection);
+    positions after a rejection were never judged. So a = accepted / (accepted + rounds that ended in a
+    rejection). This is NOT vLLM's "draft acceptance rate" accepted / drafted (`draft_acceptance_rate`), which
+    counts unjudged positions as failures and is smaller than a whenever k > 1. With a estimated this way, the
+    predicted and measured tokens per round differ only when acceptance is not independent across positions
+    (easy stretches accept everything, hard ones nothing) — the gap the K5 check shows."""
     if len(drafted) != len(accepted):
         raise ValueError(f"{len(drafted)} drafted counts but {len(accepted)} accepted counts: one of each per round")
     total = sum(accepted)

@@ -1,21 +1,17 @@
-"""The choose step (SPEC C1, C2, K1-K5): a catalogue of remedies — which located cause each one serves,
-which config fields express it, whether it can change outputs (then the quality gate is mandatory,
-G1) — and `choose`, which checks a candidate's changes against the located cause and warns loudly
-when they do not match. The canonical wrong choice (C1): p99 from queueing, "fixed" with a faster
-attention kernel (K3: a kernel changes neither queueing nor KV capacity).
+"""The choose step (SPEC C1, C2, K1-K5): a catalogue of remedies — which located cause each one serves, which
+config fields express it, whether it can change outputs (then the quality gate is mandatory, G1) — and
+`choose`, which checks a candidate's changes against the located cause and warns loudly when they do not
+match. The canonical wrong choice (C1): p99 from queueing, "fixed" with a faster attention kernel (K3: a kernel
+changes neither queueing nor KV capacity).
 
-A candidate's remedies are found from its changed dotted config fields: a catalogue field matches a
-change when it is the same path or a parent of it (`kv_cache` matches `kv_cache.dtype`). Fields the
-catalogue does not know are reported as unmatched and, to be safe, require the quality gate.
+A candidate's remedies are found from its changed dotted config fields (`remedies_for_changes`). Fields are the
+hf engine's (`weight_quantization`, `kv_cache`, `speculative`, ...) and vLLM's flags (`quantization`,
+`kv_cache_dtype`, `speculative_config`, ...); a few name knobs no engine has yet (`kv_cache.paged`, pools), so a
+candidate that adds them is recognised.
 
-Fields are the hf engine's (`weight_quantization`, `kv_cache`, `speculative`, ...) and vLLM's flags
-(`quantization`, `kv_cache_dtype`, `speculative_config`, ...); a few name knobs no engine has yet
-(`kv_cache.paged`, pools), so a candidate that adds them is recognised. `kv_cache` (the hf cache kind:
-quantized, static) counts as the KV-quantization lever whatever its value.
-
-What this module deliberately does not do: judge the size of an effect (ablation does), look at
-values (a dtype change toward *higher* precision still counts as the precision remedy), or decide
-for the user — the warning is loud but the run continues, and the ablation result has the last word.
+What this module deliberately does not do: judge the size of an effect (ablation does), look at values (a dtype
+change toward *higher* precision still counts as the precision remedy), or decide for the user — the warning is
+loud but the run continues, and the ablation result has the last word.
 """
 
 from __future__ import annotations
@@ -241,7 +237,12 @@ def remedies_for(cause: str) -> tuple[Remedy, ...]:
 
 
 def remedies_for_changes(changes: Mapping[str, Any]) -> tuple[tuple[Remedy, ...], tuple[str, ...]]:
-    """(remedies the changed dotted fields correspond to, fields no catalogue entry covers)."""
+    """(remedies the changed dotted fields correspond to, fields no catalogue entry covers).
+
+    A catalogue field matches a change when it is the same path or a parent of it (`kv_cache` matches
+    `kv_cache.dtype`); `kv_cache` (the hf cache kind: quantized, static) counts as the KV-quantization lever
+    whatever its value. Fields no entry covers are reported as unmatched and, to be safe, require the quality
+    gate (`choose`)."""
     found: list[Remedy] = []
     unmatched: list[str] = []
     for dotted in changes:

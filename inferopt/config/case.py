@@ -9,12 +9,9 @@ strategies measured on it, then one chosen.
   (pool name -> tenants + `baseline` + `changes`): a pooled deployment routed by tenant
   (`inferopt.config.pooled.PooledSystem`).
 
-`inferopt.config.load_case(path)` is `load_config(path, kind="case")` (a file with `strategies` is detected as a
-case): the same file references (`workload:`, `slo:`, `baseline:` may be a relative `.yaml` path) and the same
-errors.
-
-Deliberately not here: reading files (`loader.py`), building the request table, running or deciding
-(`inferopt.validate.case_study`).
+`inferopt.config.load_case(path)` is `load_config(path, kind="case")` (a file with `strategies` is detected as
+a case): the same file references and the same errors. Deliberately not here: reading files (`loader.py`),
+building the request table, running or deciding (`inferopt.validate.case_study`).
 """
 
 from __future__ import annotations

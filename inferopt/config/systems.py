@@ -169,11 +169,13 @@ class HFSystem(Frozen):
             raise ValueError(
                 f"bnb_double_quant: true applies to bitsandbytes 4-bit weights only, but weight_quantization is "
                 f"{self.weight_quantization!r}; fix: weight_quantization: bnb-nf4 (or bnb-fp4) in the same system, or "
-                "drop bnb_double_quant (to ablate double quant, use a bnb-nf4 baseline and change bnb_double_quant alone)"
+                "drop bnb_double_quant (to ablate double quant, use a bnb-nf4 baseline and change bnb_double_quant "
+                "alone)"
             )
         if self.kv_residual_length != 128 and not self.kv_cache.startswith(("quanto-", "hqq-", "quantized-")):
             raise ValueError(
-                f"kv_residual_length: {self.kv_residual_length} applies to quantized KV caches (quanto-*, hqq-*) only, but "
+                f"kv_residual_length: {self.kv_residual_length} applies to quantized KV caches (quanto-*, hqq-*) "
+                "only, but "
                 f"kv_cache is {self.kv_cache!r}; fix: kv_cache: quanto-int4 (or hqq-int*) in the same system, or drop "
                 "kv_residual_length (to ablate it, use a quantized-cache baseline and change kv_residual_length alone)"
             )
@@ -313,7 +315,8 @@ class VLLMSystem(Frozen):
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     max_num_queued_reqs: PositiveInt | None = Field(
         default=None,
-        description="admission control: beyond this many unfinished requests (vLLM 0.32 counts waiting + running), new ones get HTTP 503",
+        description="admission control: beyond this many unfinished requests (vLLM 0.32 counts waiting + running), "
+        "new ones get HTTP 503",
     )
     quantization: str | None = Field(
         default=None, description="vLLM --quantization (e.g. fp8, bitsandbytes); None = as the checkpoint says"

@@ -60,7 +60,8 @@ def make_engine(system: AnySystem) -> Engine:
     if isinstance(system, PooledSystem):
         return PooledEngine(system, make_engine)
     raise TypeError(
-        f"no engine for {type(system).__name__}; fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem"
+        f"no engine for {type(system).__name__}; "
+        "fix: pass one of HFSystem, FakeSystem, VLLMSystem, OpenAISystem, PooledSystem"
     )
 
 

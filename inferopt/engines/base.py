@@ -6,7 +6,6 @@ as tokens are produced and ends with exactly one `FinishEvent` carrying the engi
 a busy loop) may also yield one `SentEvent` saying when the request really left; without it the runner
 takes the time it called `stream` as the send time. Admission refusal is `RequestRejected`; anything else
 raised is an error outcome — the load runner turns both into records, never into exceptions out of the run.
-
 Three parts are optional, with defaults on `EngineBase` (every engine subclasses it): `prepare(requests)`
 (every request before the clock starts, to encode payloads off it), `fire(request)` (send now, from the
 runner's timer callback; the default is `stream`) and `server_timings(request_ids)` (per-request timings that

@@ -1,36 +1,15 @@
 """The `openai` engine: any OpenAI-compatible streaming endpoint (vLLM, SGLang, TGI, a gateway) over HTTP.
 
-The timed requests go through `inferopt.transport.http1.ConnectionPool` (keep-alive HTTP/1.1, h11 framing,
-at most `system.max_connections` connections; requests beyond it wait for a free one — that wait counts as
-client time, see `SentEvent`): `fire(request)` writes the request on an idle connection synchronously, from
-the load runner's send-timer callback, and every body chunk is stamped when it is read off the socket.
-Control requests (`/v1/models`, `/metrics`) use one `aiohttp.ClientSession`.
-Each request is one streamed POST to `/v1/completions` (or `/v1/chat/completions` with `api: chat`):
-the prompt as token ids, `max_tokens`, `stream_options: {include_usage, continuous_usage_stats}`,
-`priority` when the request has one (and `send_priority` is on), and header `X-Request-Id: <request_id>` — vLLM uses that header as
-its request id (`_base_request_id` in its OpenAI server; the engine-side id is `cmpl-<X-Request-Id>-<i>`,
-possibly with a suffix, so a join on server spans matches by prefix).
-
-Events: one `SentEvent` (the time the request was written to the socket), then one `TokenEvent` per SSE chunk that carries tokens, then a `FinishEvent` with the
-finish reason (and `cached_tokens` when usage reports `prompt_tokens_details`). Token counts: the ids in
-a chunk's `token_ids` when the server returns them (vLLM with `return_token_ids`, via `extra_body`),
-else the delta of `usage.completion_tokens` (continuous usage: a chunk may hold several tokens; ids are
-placeholders, -1), else — a server without continuous usage — one token per non-empty text chunk, and
-any surplus the final usage reports arrives as one last event.
-
-Outcomes: HTTP 429/503, or an SSE `{"error": {"code": 429|503}}` event inside a 200 stream (vLLM's
-`--max-num-queued-reqs` on streaming requests) -> `RequestRejected` (with the `Retry-After` header's delay
-when the HTTP answer has one; retrying is the caller's choice: `inferopt.transport.retry`). Other HTTP errors, other error
-events, a connection lost mid-stream or a stream that ends without `[DONE]` or a finish reason ->
-`OpenAIStreamError` with the reason. Timeouts belong to the load runner (it cancels; the connection is
-dropped, not reused).
-
-With `api: chat` the prompt has to be text: each id is sent as one word `w<id>`, so the server's
-prompt length only approximates `input_len` — prefer `completions`.
+Timed requests go through `inferopt.transport.http1.ConnectionPool`: `fire(request)` writes the request on an
+idle keep-alive connection synchronously, from the load runner's send-timer callback, and every body chunk is
+stamped as it comes off the socket; control requests (`/v1/models`, `/metrics`) use one `aiohttp.ClientSession`.
+Each request is one streamed POST to `/v1/completions` (or `/v1/chat/completions`) with header `X-Request-Id`,
+which vLLM uses as its request id. `OpenAIEngine` says what the body holds, how tokens are counted and how a
+stream's outcome is read.
 
 Deliberately not here: launching a server (`inferopt.engines.vllm.engine`), output-length forcing
-(`ignore_eos`/`min_tokens` are refused: fixed output lengths are a benchmark cheat, V4) and the
-server-side phase join (server spans and `/metrics` are the vLLM engine's business).
+(`ignore_eos`/`min_tokens` are refused: fixed output lengths are a benchmark cheat, V4) and the server-side
+phase join (server spans and `/metrics` are the vLLM engine's business).
 """
 
 from __future__ import annotations
@@ -85,7 +64,28 @@ def _error_of(obj: dict[str, Any]) -> tuple[int | None, str] | None:
 
 
 class OpenAIEngine(EngineBase):
-    """Streams requests to an OpenAI-compatible server (see module docstring)."""
+    """Streams requests to an OpenAI-compatible server.
+
+    Body: the prompt as token ids, `max_tokens`, `stream_options: {include_usage, continuous_usage_stats}`,
+    `priority` when the request has one (and `send_priority` is on). vLLM names the request
+    `cmpl-<X-Request-Id>-<i>` (`_base_request_id` in its OpenAI server, possibly with a suffix), so a join on
+    its spans matches by prefix. At most `system.max_connections` connections: a request beyond them waits
+    for a free one, and that wait counts as client time (`SentEvent`).
+
+    Events: one `SentEvent` (when the request was written to the socket), one `TokenEvent` per SSE chunk that
+    carries tokens, then a `FinishEvent` with the finish reason (and `cached_tokens` when usage reports
+    `prompt_tokens_details`). Token counts: the chunk's `token_ids` when the server returns them (vLLM with
+    `return_token_ids`, via `extra_body`), else the delta of `usage.completion_tokens` (a chunk may hold
+    several tokens; ids are placeholders, -1), else one token per non-empty text chunk, and any surplus the
+    final usage reports arrives as one last event.
+
+    Outcomes: HTTP 429/503, or an SSE `{"error": {"code": 429|503}}` event inside a 200 stream (vLLM's
+    `--max-num-queued-reqs`) -> `RequestRejected` (with the `Retry-After` delay when the answer has one;
+    retrying is the caller's choice: `inferopt.transport.retry`). Other HTTP errors, other error events, a
+    connection lost mid-stream or a stream ending without `[DONE]` or a finish reason -> `OpenAIStreamError`.
+    Timeouts belong to the load runner (it cancels; the connection is dropped, not reused). With `api: chat`
+    the prompt must be text: each id is sent as a word `w<id>`, so the server's prompt length only
+    approximates `input_len` — prefer `completions`."""
 
     def __init__(self, system: OpenAISystem, *, extra_body: dict[str, Any] | None = None) -> None:
         bad = FORBIDDEN_BODY_KEYS & set(extra_body or {})

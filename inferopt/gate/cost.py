@@ -1,19 +1,17 @@
-"""Cost per successful task (SPEC G3): device time x hourly price plus energy x electricity price,
-divided by the requests that succeeded — so throughput, failures and power fold into one number.
+"""Cost per successful task (SPEC G3): device time x hourly price plus energy x electricity price, divided by the
+requests that succeeded — so throughput, failures and power fold into one number.
 
     device_cost_usd = device_seconds / 3600 x price_per_hour_usd
     energy_cost_usd = energy_j / 3.6e6 x usd_per_kwh
     cost_per_success_usd = (device_cost_usd + energy_cost_usd) / n_successful
 
-Failed, rejected and timed-out requests cost device time but are not in the denominator: a change
-that fails more requests costs more per success, as it should.
+Failed, rejected and timed-out requests cost device time but are not in the denominator: a change that fails
+more requests costs more per success, as it should. Cloud prices usually include power: set `usd_per_kwh=0`
+there to avoid counting energy twice; on owned hardware use the machine's amortised hourly cost and the tariff.
 
-Cloud prices usually include power: set `usd_per_kwh=0` there to avoid counting energy twice; on
-owned hardware, use the amortised hourly cost of the machine as the price and the real tariff.
-
-What this module deliberately does not do: measure power (`energy_estimate_j` is a TDP-based
-ESTIMATE, labelled as such; feed measured joules from NVML or RAPL when you have them), or know
-prices (they come from the hardware config and are rough estimates).
+What this module deliberately does not do: measure power (`energy_estimate_j` is a TDP-based ESTIMATE, labelled
+as such; feed measured joules from NVML or RAPL when you have them), or know prices (they come from the hardware
+config and are rough estimates).
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """Step 6, the quality-and-cost gate (G1, G3, G4) as the spine implements it.
 
-Quality: output drift against the baseline (`drift.py`) must stay within the candidate's thresholds.
-Whether a quality failure blocks depends on the remedy: a change that can alter outputs (low precision,
-KV compression, approximate decoding) must pass; for the others a drift is still reported as a failure,
-because it means the change was not the pure systems change it claimed to be.
+Quality has two sources: the sliced suite (`suite_gate.py`: lm-eval on a model that solves the tasks, paired
+per-slice intervals) and output drift (`drift.py`). `combine_quality` decides: for a change that can alter
+outputs (low precision, KV compression, approximate decoding) the suite decides and drift is expected and
+reported; for a pure systems change the suite must not fail *and* outputs must not drift — a drift means the
+change was not the pure systems change it claimed to be.
 
-Cost: cost per *successful* request = (device-hours × price + energy × electricity price) / requests that
-finished ok within the SLO bounds. On CPU the energy is TDP × an utilisation estimate, and says so.
-
-Quality has two sources: the sliced suite (`suite_gate.py`: lm-eval on a model that solves the tasks,
-paired per-slice intervals) and output drift (`drift.py`). `combine_quality` decides: for a change that can
-alter outputs the suite decides (drift is expected and reported); for a pure systems change the suite must
-not fail *and* outputs must not drift. Cost per successful *task* multiplies the requests served within SLO by
-the arm's task success rate on the suite (an estimate of "answered correctly", labelled as such).
+Cost per successful *task* = (device-hours × price + energy × electricity price) / (requests served within the
+SLO × the arm's task success rate on the suite, an estimate of "answered correctly", labelled as such). On CPU
+the energy is TDP × an utilisation estimate, and says so.
 
 Deliberately not here: running the suite (suite_gate.py) or the statistics (sliced.py).
 """
@@ -168,7 +164,8 @@ def judge_cost(costs: pd.DataFrame) -> tuple[str, list[str]]:
         return "fail", [f"candidate served no request within SLO (cost per success is infinite; baseline {b:.3g} USD)"]
     passed = c <= b * 1.0 or not np.isfinite(b)
     return ("pass" if passed else "fail"), [
-        f"{'cost per successful task' if col.endswith('task_usd') else 'cost per successful request'}: baseline {b:.3g} USD ({int(base['successful'])} ok within SLO), "
+        f"{'cost per successful task' if col.endswith('task_usd') else 'cost per successful request'}: "
+        f"baseline {b:.3g} USD ({int(base['successful'])} ok within SLO), "
         f"candidate {c:.3g} USD ({int(cand['successful'])}) -> {'not more expensive' if passed else 'more expensive'}"
     ]
 

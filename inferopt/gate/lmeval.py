@@ -1,16 +1,13 @@
 """Run the quality suite with lm-eval, as its users run it, and return one tidy row per document.
 
-In-memory (`run_in_memory`): an already-loaded model object goes to `HFLM(pretrained=model)`, so quantized
-weights or a KV-cache variant are evaluated exactly as they are served in-process. Served
-(`run_served`): lm-eval's `local-completions` against an OpenAI-compatible endpoint (vLLM arms), with token
-ids and prompt log-probabilities (`echo` + `logprobs`) so log-likelihood tasks match the in-memory path.
-Served, each task runs on its own: a task the endpoint cannot serve (no prompt log-probabilities for
-multiple choice, no tokenizer, a request it refuses) is listed in `SuiteResult.skipped` with the reason,
-and the other tasks still count — never silently dropped.
-
-Both return `SuiteResult`: lm-eval's own aggregate results (logged as-is) plus `samples`, one row per
-(document, metric) with the document's slice and the model's answer — the input of the paired per-slice
-statistics in `sliced.py`.
+In memory (`run_in_memory`): an already-loaded model object goes to `HFLM(pretrained=model)`, so quantized weights
+or a KV-cache variant are evaluated exactly as they are served in-process. Served (`run_served`): lm-eval's
+`local-completions` against an OpenAI-compatible endpoint (vLLM arms), with token ids and prompt log-probabilities
+(`echo` + `logprobs`) so log-likelihood tasks match the in-memory path; each task runs on its own, and a task the
+endpoint cannot serve (no prompt log-probabilities, no tokenizer, a refused request) is listed in
+`SuiteResult.skipped` with the reason while the other tasks still count — never silently dropped. Both return
+`SuiteResult`: lm-eval's own aggregate results (logged as-is) plus `samples`, one row per (document, metric)
+with the document's slice and the model's answer — the input of `sliced.py`.
 
 Deliberately not here: statistics (sliced.py), model loading and quantization (engines / ablation arms),
 launching servers (served.py).

@@ -1,21 +1,16 @@
-"""Evaluate one arm *as served*: the quality suite through lm-eval's `local-completions` against the arm's
-own server.
+"""Evaluate one arm *as served*: the quality suite through lm-eval's `local-completions` against the arm's own
+server.
 
-- vLLM arms: `vllm serve` is launched with the arm's own knobs (dtype, KV-cache dtype, chunked prefill and
-  step budget, prefix caching, quantization, speculative decoding, ...) by the engine's own launcher
-  (`VLLMEngine`), serving the quality model — the proxy (`gate.quality_model`, a model that solves the
-  tasks) or, with `quality_model: system`, the arm's own model — on 127.0.0.1; the suite runs against it
-  and the server is stopped afterwards, whatever happened.
+- vLLM arms: `vllm serve` is launched with the arm's own knobs (dtype, KV-cache dtype, chunked prefill and step
+  budget, prefix caching, quantization, speculative decoding, ...) by the engine's own launcher (`VLLMEngine`),
+  serving the quality model — the proxy (`gate.quality_model`) or, with `quality_model: system`, the arm's own
+  model — on 127.0.0.1; the suite runs against it and the server is stopped afterwards, whatever happened.
+  `quality_system` says what it changes on the arm, and why.
 - OpenAI arms (an external endpoint, nothing launched): the configured URL as it is; only meaningful for
   `quality_model: system`, which `suite_gate` decides.
 
-What `quality_system` changes on a vLLM arm, and why (all else is the arm's): the model (the proxy unless
-`system`); `max_model_len` clamped to the model's own context (vLLM refuses a longer one); no span tracing
-(these requests are not measured); no admission limit (a rejected request would lose a document, and
-admission does not change outputs).
-
 Deliberately not here: which path an arm takes and the comparison (`suite_gate.py`), lm-eval wiring
-(`lmeval.py`), the server's flags and process handling (`inferopt.engines.vllm.engine*`).
+(`lmeval.py`), the server's flags and process handling (`inferopt.engines.vllm`).
 """
 
 from __future__ import annotations
@@ -30,7 +25,8 @@ from inferopt.engines.vllm.engine import VLLMEngine
 from inferopt.gate.lmeval import SuiteResult, run_served
 from inferopt.model.loading import resolve_model_dir
 
-EVAL_CONCURRENCY = 16  # lm-eval requests in flight (at most the arm's max_num_seqs): the server batches them (240 docs in 63 s on 2 loaded cores)
+# lm-eval requests in flight (at most the arm's max_num_seqs): the server batches them (240 docs in 63 s, 2 busy cores)
+EVAL_CONCURRENCY = 16
 
 
 def model_context_len(model_dir: str | Path) -> int | None:
@@ -46,8 +42,12 @@ def model_context_len(model_dir: str | Path) -> int | None:
 def quality_system(
     system: VLLMSystem, gate: GateSettings, model_dir: str | Path | None = None
 ) -> tuple[VLLMSystem, list[str]]:
-    """The arm as the suite serves it (see module docstring) and what was changed, in words. Pure given
-    `model_dir` (the evaluated model's directory; resolved from the config when None)."""
+    """The arm as the suite serves it and what was changed, in words. Pure given `model_dir` (the evaluated
+    model's directory; resolved from the config when None).
+
+    Changed (all else is the arm's): the model (the proxy unless `system`); `max_model_len` clamped to the
+    model's own context (vLLM refuses a longer one); no span tracing (these requests are not measured); no
+    admission limit (a rejected request would lose a document, and admission does not change outputs)."""
     notes: list[str] = []
     update: dict[str, Any] = {"tracing": False, "max_num_queued_reqs": None, "name": f"{system.name}-quality"}
     model = system.model if gate.quality_model == "system" else ModelSpec(path=gate.quality_model)

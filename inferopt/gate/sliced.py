@@ -2,16 +2,14 @@
 confidence intervals per (metric, slice), a non-inferiority decision per slice, and calibration (ECE, Brier).
 
 Input: two `samples` tables from `lmeval.py` (one row per document x metric, with the document's slice).
-Documents are paired by (task_name, id); a slice's statistic is the mean per-document difference
-candidate - baseline, resampled over documents (paired: the same resampled documents for both arms).
-
-Decision per slice, with margin m (a drop the product tolerates) and a two-sided (1 - alpha) interval [lo, hi]:
+Documents are paired by (task_name, id); a slice's statistic is the mean per-document difference candidate -
+baseline, resampled over documents (the same resampled documents for both arms). Decision per slice, with
+margin m (a drop the product tolerates) and a two-sided (1 - alpha) interval [lo, hi]:
   pass          lo > -m           the candidate is no worse than m, with confidence
   fail          hi < -m           the candidate is worse than m, with confidence
   inconclusive  otherwise         too few documents to tell: more data, not a pass
-Optionally MLPerf's rule (`mlperf_ratio`, e.g. 0.99): the candidate's mean must also reach that fraction of
-the baseline's. The overall status is fail if any slice fails, else inconclusive if any is, else pass — a
-"quality unchanged" claim is never made without the slices and their intervals.
+Optionally MLPerf's rule (`mlperf_ratio`, e.g. 0.99): the candidate's mean must also reach that fraction of the
+baseline's. Overall: fail if any slice fails, else inconclusive if any is, else pass.
 
 Deliberately not here: running the models (lmeval.py) and the final verdict (inferopt.verdict).
 """

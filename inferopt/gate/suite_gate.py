@@ -1,20 +1,12 @@
 """Step 6's quality evidence: the sliced suite run on baseline and candidate, compared per slice (G1, G2).
 
-Which model is evaluated: `gate.quality_model = "system"` evaluates each arm's own model (a real trained
-model on a GPU); otherwise each arm's settings are applied to a proxy model that actually solves the tasks
-(`builtin:quality-tiny`, trained by `inferopt.model.quality.train`), because the serving model here is random and
-would score zero everywhere. The result says which, so a proxy result is never presented as the serving
-model's own quality.
-
-How each arm is evaluated (`SuiteGate.paths` says, per arm):
-  hf      in memory: the arm's dtype, attention, weight quantization and KV cache on the loaded model
-  vllm    served: `vllm serve` with the arm's own knobs on the evaluated model, lm-eval `local-completions`
-          against it (`served.py`); one server at a time, stopped afterwards
-  openai  served against the configured URL with `quality_model: system`; otherwise the proxy in memory
-          with default settings (no knob of an external endpoint can be applied to it — said so)
-  fake    skipped (it generates no text)
-Tasks an endpoint could not serve are listed per arm with the reason; only documents both arms answered
-are compared.
+Which model: `gate.quality_model = "system"` evaluates each arm's own model (a real trained model on a GPU);
+otherwise each arm's settings go onto a proxy that actually solves the tasks (`builtin:quality-tiny`, trained by
+`inferopt.model.quality.train`), because the serving model here is random. The result says which. How each arm
+is evaluated (`SuiteGate.paths`): hf in memory (the arm's dtype, attention, weight quantization and KV cache on
+the loaded model); vLLM served (`served.py`: its own `vllm serve`, one at a time); openai served with
+`quality_model: system`, else the proxy in memory with default settings (said so); fake skipped. Tasks an
+endpoint could not serve are listed per arm with the reason; only documents both arms answered are compared.
 
 Deliberately not here: the statistics (`sliced.py`), lm-eval wiring (`lmeval.py`), launching servers
 (`served.py`), the verdict.
@@ -205,7 +197,8 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
     for row in both[both["status"] != "pass"].itertuples():
         reasons.append(
             f"  {row.status}: {row.slice} {row.metric} {row.base_mean:.3f} -> {row.cand_mean:.3f} "
-            f"(diff {row.diff:+.3f}, {100 * (1 - gate.quality_alpha):.0f}% CI [{row.ci_lo:+.3f}, {row.ci_hi:+.3f}], n={row.n})"
+            f"(diff {row.diff:+.3f}, {100 * (1 - gate.quality_alpha):.0f}% CI "
+            f"[{row.ci_lo:+.3f}, {row.ci_hi:+.3f}], n={row.n})"
         )
     reasons.append(f"  task success rate: baseline {rates['baseline']:.3f}, candidate {rates['candidate']:.3f}")
     return SuiteGate(

@@ -1,61 +1,16 @@
-"""The locate step's verdict (SPEC L1, L4, M4): which of the main causes holds the latency back, decided
-by explicit rules over step 1's per-request phase table, the roofline table and the KV table — and
-every number the rule looked at, returned as evidence.
+"""The locate step's verdict (SPEC L1, L4, M4): which cause holds the latency back — kv_capacity, queueing,
+compute, bandwidth, host_overhead or none — decided by explicit rules over step 1's per-request phase table,
+the roofline table and the KV table, with every number each rule looked at returned as evidence.
 
-Causes: "kv_capacity", "queueing", "compute", "bandwidth", "host_overhead", "none".
+The rules in the order they are tried (why, in docs/method.md, L1): 1. kv_capacity (`kv_rules.py`), before
+queueing because a full KV cache shows up as a queue; 2. queueing (overload, or queue wait dominating the TTFT
+tail); 3. the largest phase of E2E, then for prefill or decode the nearest roofline row's bound, unless the
+measurement is far below the roof or a profile shows the host dominating (host_overhead); 4. none. Confidence
+is the margin past the threshold (0.5 at it, 1.0 at a full margin). Per slice (M4) every value of the slice
+columns gets its dominant phase and cause beside `look_at`, the phase M4 says to examine there.
 
-Rules, in the order they are tried (the first that fires is the verdict; every check's numbers are
-kept as evidence either way):
-
-1. kv_capacity — `inferopt.locate.kv_rules` (its docstring has the signals): the KV needed by the
-   running batch at the long context exceeds the KV budget; or the engine reported its cache full and
-   preempted; or the load asks for more sequences than our KV math fits and the engine preempted.
-   Tried before queueing on purpose: an engine whose KV is full caps its batch, so KV shortage shows up
-   as a queue, and its remedy (paging, KV quantization, window) is not admission control.
-2. queueing — more than QUEUE_FAIL_RATE of requests rejected or timed out (overload), or queue wait is
-   at least QUEUE_SHARE_DOMINANT of TTFT over the TTFT tail (the slowest max(1 - TAIL_QUANTILE,
-   MIN_TAIL_ROWS) successful requests, i.e. "p99 TTFT is queue").
-3. where the time goes — over the successful requests, total E2E splits into queue (queue_ms), context
-   preparation (context_ms), prefill (prefill_ms + first_ms: the prefill forward and the first token's
-   sampling/emission, the TTFT side) and decode (decode_ms: first to last token); the phase with the
-   largest share of total time dominates. Client send lag, external time and transport residuals are
-   not assigned to any phase (they are in E2E, so shares need not sum to 1).
-   - queue dominant -> queueing; context dominant -> host_overhead (tokenization / retrieval on host).
-   - prefill or decode dominant: the measured median time of that phase is compared with the roofline
-     minimum t_min of the nearest roofline row (same phase, closest tokens/context and batch). If the
-     measurement reaches less than HOST_OVERHEAD_EFFICIENCY of the roof (t_min / measured), the roofs
-     are not what limits it: host_overhead (Python/framework dispatch, typical of tiny models on CPU).
-   - with an op profile of the phases (`op_breakdown`, from `inferopt.locate.profile`): if at least
-     HOST_SHARE_DOMINANT of the profiled phase's time is spent outside any model op (CPU: Python and
-     framework time between aten ops; CUDA: the device idle), the host, not a roof, sets the pace:
-     host_overhead. A majority, not a tuned number: below it, most of the time is in model ops. The attention share of the phase is kept as evidence (C1: it bounds what an attention
-     kernel can win, Amdahl), and does not change the cause.
-   - otherwise the cause is that row's roofline bound: usually prefill -> compute, decode -> bandwidth
-     (L2), but a small-batch prefill can be bandwidth-bound and a huge-batch decode compute-bound.
-4. none — no successful request with phase timings: nothing to locate.
-
-Confidence (0..1) comes from the margin by which the rule's number cleared its threshold: 0.5 at the
-threshold, 1.0 at a full margin (a decade for ratios, the whole remaining range for shares); the phase
-rule takes the smaller of its dominance margin, its roofline margin (how far AI is from the ridge) and,
-with a profile, its host-share margin.
-
-The profile is of one representative shape (median prompt, batch and output of the measured run), so
-it informs the overall verdict only; per-slice causes use the roofline rule alone.
-
-Per slice (M4: long input -> prefill, long output -> decode, short requests -> queue), every value of
-input_bucket, output_bucket, concurrency_bucket and cache_hit gets its dominant phase and cause, plus
-`look_at`, the phase M4 says to examine there, so a reader sees where the data agrees with the guide.
-
-Input columns of `phases` (one row per request, times in ms): outcome, input_len, output_len,
-cached_tokens, queue_ms, context_ms, prefill_ms, first_ms, ttft_ms, tpot_ms, e2e_ms, decode_ms,
-batch_size_at_admit, and the slice columns (the table of `inferopt.measure.phases.phase_table` with
-`inferopt.measure.slices` buckets). Observed concurrency for the KV rule is the running batch
-(batch_size_at_admit), not requests in flight: queued requests hold no KV. `knobs` (flat or dotted keys, all optional): max_batch_size, observed_concurrency (peak running sequences
-the engine reported), kv_cache_usage_frac_max (0..1, e.g. vLLM kv_cache_usage_perc peak), num_preemptions
-(see kv_rules.py).
-
-What this module deliberately does not do: measure, compute the roofline or KV tables (see roofline.py,
-kv.py), judge against SLOs, or pick a remedy (remedies.py). Pure pandas.
+What this module deliberately does not do: measure, compute the roofline or KV tables (`roofline.py`, `kv.py`),
+judge against SLOs, or pick a remedy (`inferopt.choose.remedies`). Pure pandas.
 """
 
 from __future__ import annotations
@@ -116,8 +71,16 @@ def locate(
     knobs: dict[str, Any],
     op_breakdown: pd.DataFrame | None = None,
 ) -> Verdict:
-    """Apply the rules of the module docstring; see there for inputs and thresholds. `op_breakdown`:
-    `PhaseProfile.ops` of `inferopt.locate.profile` (optional)."""
+    """The verdict for one measured run, by the rules of the module docstring (thresholds: the constants above).
+
+    `phases`: one row per request, times in ms (`inferopt.measure.phases.phase_table` with the
+    `inferopt.measure.slices` buckets): outcome, input_len, output_len, cached_tokens, queue_ms, context_ms,
+    prefill_ms, first_ms, ttft_ms, tpot_ms, e2e_ms, decode_ms, batch_size_at_admit and the slice columns. The
+    KV rule's concurrency is the running batch (batch_size_at_admit), not requests in flight: queued requests
+    hold no KV. `knobs` (flat or dotted keys, all optional): max_batch_size, observed_concurrency (peak running
+    sequences the engine reported), kv_cache_usage_frac_max (0..1), num_preemptions (see `kv_rules.py`).
+    `op_breakdown`: `PhaseProfile.ops` of `inferopt.locate.profile` (optional); it profiles one representative
+    shape, so it informs the overall verdict only — per-slice causes use the roofline rule alone."""
     knobs = {k.split(".")[-1]: v for k, v in (knobs or {}).items()}
     evidence: list[dict[str, Any]] = []
     n = len(phases)
@@ -316,7 +279,8 @@ def _phase_cause(
             "host_overhead",
             conf,
             (
-                f"{phase} runs at {eff:.0%} of the roofline minimum ({t_min_ms:.4g} ms vs measured {measured_ms:.4g} ms), "
+                f"{phase} runs at {eff:.0%} of the roofline minimum "
+                f"({t_min_ms:.4g} ms vs measured {measured_ms:.4g} ms), "
                 f"but the op profile puts {prof['host']:.0%} of it outside model ops (>= {HOST_SHARE_DOMINANT:.0%}): "
                 f"the host sets the pace, not the {row['bound']} roof -> host_overhead; {prof['text']}"
             ),

@@ -1,20 +1,16 @@
-"""Counted FLOPs: `torch.utils.flop_counter.FlopCounterMode` on a real forward, made to see CPU sdpa,
-and the cross-check of the analytic cost model (`roofline.prefill_flops` / `decode_flops`) against it.
+"""Counted FLOPs (SPEC L2): `torch.utils.flop_counter.FlopCounterMode` on a real forward, made to see CPU sdpa, and
+the cross-check of the analytic cost model (`roofline.prefill_flops` / `decode_flops`) against it.
 
 FlopCounterMode has formulas for the CUDA sdpa kernels but none for
 `aten._scaled_dot_product_flash_attention_for_cpu`, so on CPU it silently counts 0 FLOPs for attention
-(FINDINGS: torch.profiler's `with_flops` misses it too). `register_cpu_sdpa_flops()` registers torch's own
-sdpa formula for it — 4 x b x h_q x s_q x s_k x d (GQA: the kernel broadcasts KV heads, so h_q counts),
-the full s_q x s_k rectangle as for the CUDA kernels — once per process; calling it again is a no-op.
-FlopCounterMode copies the registry when it is constructed, so register before creating the counter
-(`count_flops` does).
+(torch.profiler's `with_flops` misses it too). `register_cpu_sdpa_flops()` registers torch's own sdpa formula
+for it — 4 x b x h_q x s_q x s_k x d (GQA: the kernel broadcasts KV heads, so h_q counts), the full s_q x s_k
+rectangle as for the CUDA kernels — once per process (FlopCounterMode copies the registry when constructed, so
+register before creating the counter; `count_flops` does). `flops_check` puts counted next to analytic FLOPs,
+one tidy row per (phase, context, batch) with the relative error.
 
-`flops_check` runs a prefill at each context length and batch, then one decode step on that cache,
-each under FlopCounterMode, and puts the counts next to the analytic numbers: one tidy row per
-(phase, context, batch) with the relative error.
-
-What this module deliberately does not do: count bytes (FlopCounterMode cannot; they are analytic only,
-see roofline.py), or count non-matmul FLOPs (norms, rotary, softmax: neither side counts them).
+What this module deliberately does not do: count bytes (FlopCounterMode cannot; they are analytic only, see
+roofline.py), or count non-matmul FLOPs (norms, rotary, softmax: neither side counts them).
 """
 
 from __future__ import annotations
@@ -80,8 +76,8 @@ def _sdpa_flops(per_op: dict[str, int]) -> int:
 def flops_check(model: Any, context_lens: Iterable[int], batches: Iterable[int], *, seed: int = 0) -> pd.DataFrame:
     """Analytic vs counted FLOPs for a prefill of `context_len` tokens per sequence and one decode step
     on that cache (the next token attends to `context_len` cached tokens + itself), for every context
-    length x batch. The forwards are the engine's (`hf_loop.GreedyBatch`: `logits_to_keep=1`, DynamicCache,
-    no padding). Columns: FLOPS_CHECK_COLUMNS; rel_err = |analytic - counted| / counted."""
+    length x batch. The forwards are the engine's (`inferopt.engines.hf.loop.GreedyBatch`: `logits_to_keep=1`,
+    DynamicCache, no padding). Columns: FLOPS_CHECK_COLUMNS; rel_err = |analytic - counted| / counted."""
     import torch
 
     from inferopt.engines.hf.loop import GreedyBatch  # lazy: imports torch and transformers

@@ -1,20 +1,15 @@
-"""The device's roofs for one dtype: peak FLOP/s, memory bandwidth, memory, power and price, either
-from a hardware YAML (vendor spec sheet figures) or measured at run time with short micro-benchmarks.
+"""The device's roofs for one dtype (SPEC L2): peak FLOP/s, memory bandwidth, memory, power and price, either from
+a hardware YAML (vendor spec sheet figures) or measured at run time with short micro-benchmarks.
 
-`load_hardware(cfg, dtype, threads)` returns a frozen `HardwareProfile`. When `cfg.measure_at_runtime`
-is set (CPU: spec sheets say nothing useful about a shared, loaded VM) it times
+`load_hardware(cfg, dtype, threads)` returns a frozen `HardwareProfile`. When `cfg.measure_at_runtime` is set
+(CPU: spec sheets say nothing useful about a shared, loaded VM) it times a square matmul at `dtype` (2 n^3 FLOPs
+per call) and a large tensor copy (bytes read + written), best of a few samples at `threads` torch threads,
+within about two seconds, and caches the result as JSON under `cache_root()/hardware/` keyed by (hostname, kind,
+dtype, threads), so a run measures once per machine and setting. On `kind: gpu` it runs on CUDA when present.
 
-- a square matmul at `dtype` (2 n^3 FLOPs per call; best of a few timed samples), and
-- a large tensor copy (bytes read + bytes written per copy; best of a few samples),
-
-at `threads` torch threads (restored afterwards), within about two seconds in total, and caches the
-result as JSON under `cache_root()/hardware/` keyed by (hostname, kind, dtype, threads), so a run
-measures once per machine and setting. On `kind: gpu` the benchmarks run on CUDA when it is present.
-
-What this module deliberately does not do: claim the measured numbers are the hardware's true peak
-(they are what torch reaches here, a practical ceiling, which is what a roofline verdict needs), measure
-power (tdp_w and price are the config's estimates, labelled as such in `source`), or import torch
-outside `measure_device` (importing this module stays cheap).
+What this module deliberately does not do: claim the measured numbers are the hardware's true peak (they are
+what torch reaches here, a practical ceiling, which is what a roofline verdict needs), measure power (tdp_w and
+price are the config's estimates, labelled as such in `source`), or import torch outside `measure_device`.
 """
 
 from __future__ import annotations

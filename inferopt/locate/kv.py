@@ -1,18 +1,16 @@
-"""KV-cache memory: bytes per token, per request, per batch, the budget left after weights, and the
-concurrency ceiling that budget allows (SPEC L3).
+"""KV-cache memory: bytes per token, per request, per batch, the budget left after weights, and the concurrency
+ceiling that budget allows (SPEC L3).
 
     M_KV = N_layer x N_KVhead x d_head x N_token x B x bytes_per_elem x 2      (K and V)
 
 Worked example (SPEC L3, a test): 32 layers, 8 KV heads, d 128, FP16, 8,000 tokens -> 1.048576e9 bytes
 (~1.05 GB) per request; 16 concurrent -> ~16.8 GB before weights, activations and workspace.
 
-What this module does: closed-form arithmetic on model dimensions, returned as numbers or one tidy
-table (a row per context length) that the locate step compares with the observed concurrency.
-
-What it deliberately does not do: measure memory, know about paging block granularity or allocator
-fragmentation (a paged cache rounds each request up to whole blocks; pass the rounded token count if
-that matters), or import torch. Sliding-window or compressed caches are modelled by passing the
-number of tokens actually kept.
+Closed-form arithmetic on model dimensions, returned as numbers or one tidy table (a row per context length)
+that the locate step compares with the observed concurrency. What it deliberately does not do: measure memory,
+know about paging block granularity or allocator fragmentation (a paged cache rounds each request up to whole
+blocks; pass the rounded token count if that matters), or import torch. Sliding-window or compressed caches
+are modelled by passing the number of tokens actually kept.
 """
 
 from __future__ import annotations

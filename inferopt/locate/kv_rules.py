@@ -1,36 +1,14 @@
-"""The KV-capacity rule of the locate verdict (SPEC L3; rule 1 of `inferopt.locate.bottleneck`): does the
-KV cache, not compute, bandwidth or the queue, hold the load back? Every number it looks at is returned as
-an evidence row, fired or not.
+"""The KV-capacity rule of the locate verdict (SPEC L3; rule 1 of `inferopt.locate.bottleneck`): does the KV
+cache, not compute, bandwidth or the queue, hold the load back? Every number it looks at is returned as an
+evidence row, fired or not.
 
-Inputs: the phase table (one row per request), the KV table of `inferopt.locate.kv.kv_table` (KV bytes per
-token, the KV budget) and `knobs` (all optional):
-- max_batch_size: the most sequences the engine decodes at once (vLLM: max_num_seqs);
-- observed_concurrency: the peak number of sequences the engine reported running (vLLM's
-  num_requests_running, sampled during the run);
-- kv_cache_usage_frac_max: the engine's peak KV usage, 0..1 (vLLM's kv_cache_usage_perc, sampled);
-- num_preemptions: sequences the engine evicted from the KV cache during the run (vLLM's
-  num_preemptions_total, counter delta).
-
-Signals (each an evidence row):
-A. kv.needed_bytes — running concurrency (max of batch_size_at_admit and observed_concurrency) x the
-   KV_CONTEXT_QUANTILE context (input + output tokens) x KV bytes per token, against the KV budget. More
-   needed than the budget holds: the running batch cannot all finish without eviction (or OOM).
-B. kv.concurrency_ceiling — our math's ceiling, floor(budget / (context x bytes per token)), against the
-   concurrency the load asks for: the peak number of requests in flight (`concurrency`, counted at each
-   arrival), capped at max_batch_size. Evidence only on its own (a queue that would form anyway also
-   asks for more than fits); it fires the rule together with preemptions (D).
-C. kv.server_usage_frac_max — the engine's peak KV usage at or above KV_USAGE_FULL.
-D. kv.preemptions — the engine evicted at least one sequence.
-
-The rule fires on A alone; on C and D together (the engine said its cache was full and it evicted); or on
-B and D together (the load asks for more than fits, and the engine evicted). Confidence: A's margin (0.5
-at the threshold, 1.0 at twice the budget), 0.8 for an engine-reported full cache with preemptions, 0.7
-for B+D; +0.1 for each further fired signal that agrees, at most 1.0.
-
+Signals (`kv_check` lists them): A, the KV the running batch needs against the budget; B, our concurrency
+ceiling against the concurrency the load asks for; C, the engine's peak KV usage near full; D, preemptions.
+It fires on A alone, on C and D together, or on B and D together (why B needs D: docs/method.md, L3).
 Queued requests hold no KV, so A uses the running batch, not requests in flight; B states the demand.
 
-What this module deliberately does not do: compute the KV table (kv.py), read the server (the engine
-and `inferopt.locate.step` do), or decide between the other causes (bottleneck.py).
+What this module deliberately does not do: compute the KV table (kv.py), read the server (the engine and
+`inferopt.locate.step` do), or decide between the other causes (bottleneck.py).
 """
 
 from __future__ import annotations
@@ -55,7 +33,20 @@ def kv_check(
     knobs: dict[str, Any],
     evidence: list[dict[str, Any]],
 ) -> tuple[bool, float, str]:
-    """(fired, confidence, rule text) of the KV-capacity rule; appends its evidence rows (module doc)."""
+    """(fired, confidence, rule text) of the KV-capacity rule; appends its evidence rows.
+
+    `kv`: `inferopt.locate.kv.kv_table` (KV bytes per token, the KV budget). `knobs`, all optional:
+    max_batch_size (vLLM: max_num_seqs); observed_concurrency (peak sequences the engine reported running,
+    vLLM's num_requests_running sampled); kv_cache_usage_frac_max (peak KV usage 0..1, vLLM's
+    kv_cache_usage_perc sampled); num_preemptions (vLLM's num_preemptions_total, counter delta). Signals:
+    A. kv.needed_bytes — running concurrency (max of batch_size_at_admit and observed_concurrency) x the
+       KV_CONTEXT_QUANTILE context (input + output tokens) x KV bytes per token, against the budget;
+    B. kv.concurrency_ceiling — floor(budget / (context x bytes per token)) against the peak requests in
+       flight (`concurrency`, at each arrival) capped at max_batch_size; evidence only on its own;
+    C. kv.server_usage_frac_max — the engine's peak KV usage at or above KV_USAGE_FULL;
+    D. kv.preemptions — the engine evicted at least one sequence.
+    Confidence: A's margin (0.5 at the budget, 1.0 at twice it), 0.8 for C+D, 0.7 for B+D; +0.1 for each
+    further fired signal that agrees, at most 1.0."""
     usage = knobs.get("kv_cache_usage_frac_max")
     preempt = knobs.get("num_preemptions")
     base = ok if not ok.empty else phases

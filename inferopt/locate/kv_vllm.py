@@ -5,15 +5,10 @@ vLLM states its KV cache three ways:
 - the `vllm:cache_config_info` gauge's labels on /metrics (both parsed by `inferopt.engines.vllm.kv_report`);
 - during the run: `vllm:kv_cache_usage_perc` (a 0..1 fraction despite the name; its peak is sampled),
   `vllm:num_requests_running` (peak, sampled) and `vllm:num_preemptions_total` (counter delta).
+`kv_comparison` puts our numbers beside them, one row per quantity.
 
-`kv_comparison` puts our numbers beside them, one row per quantity: KV bytes per token and per block, the
-number of blocks and tokens the budget holds, the concurrency ceiling at max_model_len (vLLM's own
-"Maximum concurrency" figure: cache tokens / max_model_len) and at the run's long context (whole blocks
-per request), then what the run showed (peak running sequences, peak KV usage, preemptions). `agree` is
-True when both sides are present and within AGREE_REL_TOL, None when one side is missing.
-
-What this module deliberately does not do: read files or HTTP (the caller passes text / parsed metrics),
-or decide the cause (kv_rules.py).
+What this module deliberately does not do: read files or HTTP (the caller passes text / parsed metrics), or
+decide the cause (kv_rules.py).
 """
 
 from __future__ import annotations
@@ -37,9 +32,15 @@ def kv_comparison(
     context_len_tok: float,
     reported: Mapping[str, Any],
 ) -> pd.DataFrame:
-    """Our KV math vs vLLM's report (module doc). `reported` keys, all optional: num_gpu_blocks,
+    """Our KV math vs vLLM's report, one row per quantity. `reported` keys, all optional: num_gpu_blocks,
     kv_cache_tokens, max_concurrency (at max_model_len), block_size, kv_cache_memory_bytes,
-    num_requests_running_max, kv_cache_usage_frac_max, num_preemptions."""
+    num_requests_running_max, kv_cache_usage_frac_max, num_preemptions.
+
+    Rows: KV bytes per token and per block, the blocks and tokens the budget holds, the concurrency ceiling at
+    max_model_len (vLLM's own "Maximum concurrency": cache tokens / max_model_len) and at the run's long
+    context (whole blocks per request), then what the run showed (peak running sequences, peak KV usage,
+    preemptions). `agree` is True when both sides are present and within AGREE_REL_TOL, None when one is
+    missing."""
     if kv_bytes_per_token <= 0 or block_size <= 0:
         raise ValueError(f"kv_bytes_per_token and block_size must be > 0, got {kv_bytes_per_token}, {block_size}")
     r = {k: v for k, v in reported.items() if v is not None}
@@ -82,7 +83,8 @@ def kv_comparison(
             ceil_ctx,
             None,
             "sequences",
-            f"whole blocks: {blocks} // ceil({context_len_tok:g} tok / {block_size}) = {ceil_ctx} at the run's long context",
+            f"whole blocks: {blocks} // ceil({context_len_tok:g} tok / {block_size}) = {ceil_ctx} "
+            "at the run's long context",
         ),
         _cmp(
             "peak_running_sequences",

@@ -1,39 +1,15 @@
-"""Per-phase op breakdown on the hf engine (issue 4, item 4): where one prefill and N decode steps spend
-their time — attention, matmul, other ops, or host (Python/framework between ops) — under torch.profiler.
+"""Per-phase op breakdown on the hf engine: where one prefill and N decode steps spend their time — attention,
+matmul, other ops, or host (Python/framework between ops) — under torch.profiler.
 
-An opt-in pass, separate from the measured run (a profiler perturbs the timings it watches, so it never
-runs inside step 1): the system's model is loaded exactly as `HFEngine` loads it (`load_model` with the
-system's dtype, attention implementation and device, `torch_threads` threads), warmed up, and then the
-engine's own forward loop (`hf_loop.GreedyBatch`: the same forward calls) runs `repeats` times one
-prefill of `prompt_len` tokens x `batch` rows inside `record_function("prefill")` and `decode_steps`
-decode steps, each inside `record_function("decode")`.
+An opt-in pass, separate from the measured run (a profiler perturbs the timings it watches, so it never runs
+inside step 1): the system's model loaded exactly as `HFEngine` loads it, warmed up, then the engine's own
+forward loop (`inferopt.engines.hf.loop.GreedyBatch`) inside `record_function("prefill")` / `("decode")`
+ranges (`profile_phases`). Events are classified by `classify` and summed by `breakdown` (each says how);
+`roof_work_share` and `host_share` are what the locate rules read.
 
-Classification of every profiled event under a phase range (aten op names; an op inherits the category
-of its outermost classified ancestor inside the phase, so `aten::linear -> aten::t` is matmul and a
-kernel launch counts for the op that launched it):
-- attention: the sdpa family (`scaled_dot_product*`, `*flash_attention*`, `*efficient_attention*`,
-  `flex_attention`), softmax, and a `matmul`/`bmm` outside any `linear` whose first input is 4-D
-  (eager attention's Q K^T and P V: batch x heads x seq x dim);
-- matmul: `linear`, `mm`, `addmm`, `bmm`, `baddbmm`, `matmul`, `mv`, `addmv` otherwise (projections, MLP,
-  LM head, and rotary's small position x frequency product);
-- other: every other op (norms, rotary multiply, activations, residual adds, KV-cache `cat`, copies;
-  also eager attention's scale and mask ops on the score matrix, which only their shapes would tell
-  apart — so eager attention reads low and "other" high on long prompts: a known undercount);
-- host: the phase range's own self time — time inside the phase but in no aten op (Python, module
-  calls, framework logic; includes the profiler's own per-op cost, so it reads a little high).
-
-Output (`PhaseProfile.ops`), one row per (phase, category): total self CPU ms over all profiled
-forwards, ms per forward, share of the phase's CPU time; on CUDA also the self device (kernel) ms and its
-share. `roof_work_share(ops, phase)` is the share of the phase's time spent in the ops that do the
-roofline's work (matmul + attention: they move the weight and KV bytes and do the FLOPs). On CPU the
-phase's time is its wall time on the calling thread; on CUDA it is the same wall time (each step ends
-with a host copy, which waits for the device) and the numerator is the kernels' device time, so idle
-device time counts against the roofs. Resource use of the pass (`inferopt.measure.resources`) and the
-settings come with it.
-
-What this module deliberately does not do: judge (bottleneck.py reads `roof_work_share`), plot
-(`inferopt.report.profile_plots`), count FLOPs (flops.py), profile served engines (vLLM: its own
-profiler endpoints), or run NVML sampling.
+What this module deliberately does not do: judge (bottleneck.py reads the shares), plot
+(`inferopt.report.profile_plots`), count FLOPs (flops.py), profile served engines (vLLM: its own profiler
+endpoints), or run NVML sampling.
 """
 
 from __future__ import annotations
@@ -136,7 +112,19 @@ def category_share(ops: pd.DataFrame | None, phase: str, category: str) -> float
 
 
 def classify(name: str, input_shapes: Any = None, under_linear: bool = False) -> str | None:
-    """The category an op's own name gives it, or None (unclassified: it inherits, else 'other')."""
+    """The category an op's own name gives it, or None (unclassified: it inherits, else 'other').
+
+    An op inherits the category of its outermost classified ancestor inside the phase, so `aten::linear ->
+    aten::t` is matmul and a kernel launch counts for the op that launched it.
+    - attention: the sdpa family, `flex_attention`, softmax, and a `matmul`/`bmm` outside any `linear` whose
+      first input is 4-D (eager attention's Q K^T and P V: batch x heads x seq x dim);
+    - matmul: `linear`, `mm`, `addmm`, `bmm`, `baddbmm`, `matmul`, `mv`, `addmv` otherwise (projections, MLP,
+      LM head, and rotary's small position x frequency product);
+    - other (None here): norms, rotary multiply, activations, residual adds, KV-cache `cat`, copies; also eager
+      attention's scale and mask ops on the score matrix, which only their shapes would tell apart — so eager
+      attention reads low and "other" high on long prompts: a known undercount;
+    - host (`breakdown`): the phase range's own self time — inside the phase but in no aten op (Python, module
+      calls, framework logic; includes the profiler's own per-op cost, so it reads a little high)."""
     if _ATTN_RE.search(name):
         return "attention"
     if name in _MATMUL_OPS:
@@ -185,7 +173,9 @@ def profile_phases(
     seed: int = 0,
 ) -> PhaseProfile:
     """Profile `repeats` x (one prefill of `prompt_len` x `batch` + `decode_steps` decode steps) on the
-    system's model (see the module docstring). `loaded`: a `LoadedModel` already loaded for `system`."""
+    system's model, loaded as `HFEngine` loads it (`load_model` with the system's dtype, attention
+    implementation, device and `torch_threads`) and warmed up. `loaded`: a `LoadedModel` already loaded for
+    `system`. The result carries the pass's resource use (`inferopt.measure.resources`) and its settings."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -263,7 +253,12 @@ def profile_phases(
 def breakdown(events: Any, n_forwards: dict[str, int], device: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Sum the profiler's events into (phase, category) rows and the top ops per phase. `events`: the
     FunctionEvents of `prof.events()` (anything with name, cpu_parent, self_cpu_time_total,
-    self_device_time_total, input_shapes, device_type works)."""
+    self_device_time_total, input_shapes, device_type works).
+
+    One row per (phase, category): total self CPU ms over all profiled forwards, ms per forward, share of the
+    phase's CPU time; on CUDA also the self device (kernel) ms and its share. On CPU the phase's time is its
+    wall time on the calling thread; on CUDA the same wall time (each step ends with a host copy, which waits
+    for the device) against the kernels' device time, so idle device time counts against the roofs."""
     cpu_ms: dict[tuple[str, str], float] = {}
     dev_ms: dict[tuple[str, str], float] = {}
     phase_wall: dict[str, float] = {}

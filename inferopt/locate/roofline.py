@@ -1,30 +1,17 @@
-"""Roofline per phase (SPEC L2): analytic FLOPs and bytes moved for a Llama-style decoder's prefill and
-decode, arithmetic intensity, the compute/bandwidth ceiling, and what a measurement achieved.
+"""Roofline per phase (SPEC L2): analytic FLOPs and bytes moved for a Llama-style decoder's prefill and decode,
+arithmetic intensity, the compute/bandwidth ceiling, and what a measurement achieved.
 
     AI = FLOPs / BytesIO          Perf_max = min(ComputePeak, AI x Bandwidth)
     ridge = ComputePeak / Bandwidth;  AI >= ridge -> compute-bound, else bandwidth-bound
     t_min = max(FLOPs / ComputePeak, BytesIO / Bandwidth)   (the fastest the hardware could do it)
 
-Counting conventions (each one is a choice; they are stated so a reader can disagree precisely):
-- FLOPs are matmul FLOPs only, 2 per multiply-add: q/k/v/o projections (GQA: k and v have
-  n_kv_heads x head_dim outputs), the gated MLP (gate, up, down), the LM head for the positions whose
-  logits are kept (`logits_to_keep`, HF convention: 0 = every position), and attention
-  scores + weighted values, 4 x batch x n_heads x s_q x s_k x head_dim per layer. Norms, rotary,
-  softmax and activations are not counted (they are O(hidden) per token, < 1 % here).
-- Causal attention counts the full s_q x s_k rectangle by default (`count_masked=True`), exactly as
-  `torch.utils.flop_counter.FlopCounterMode` does for eager attention and for sdpa's registered formula.
-  A causal kernel that skips masked tiles (FlashAttention) does about half of that square in a
-  from-scratch prefill; pass `count_masked=False` for that useful-work count.
-- Bytes are a lower bound on DRAM/HBM traffic: every weight read once per forward (shared by the whole
-  batch), the embedding rows gathered, the KV cache of the past context read once, the new tokens' K
-  and V written once, and activations read/written once per matmul boundary (norms, rotary,
-  activation functions and residual adds assumed fused into neighbours), plus the kept logits. With
-  `materialize_scores=True` (eager attention) the s_q x s_k score and probability matrices add four
-  passes (write S, read S, write P, read P) per layer: the traffic FlashAttention removes (C2, K3).
+Counting conventions (docs/method.md, L2, states each so a reader can disagree precisely): matmul FLOPs only,
+2 per multiply-add, causal attention as the full s_q x s_k rectangle unless `count_masked=False`; bytes a lower
+bound on DRAM/HBM traffic, with `materialize_scores=True` adding eager attention's score passes (C2, K3).
 
-What this module deliberately does not do: predict a kernel's time (a roofline locates, it does not
-predict; L2), model MoE, cross-attention, tensor parallel communication or caches between HBM and
-SRAM, or import torch. Hardware numbers come from `inferopt.locate.hardware`.
+What this module deliberately does not do: predict a kernel's time (a roofline locates, it does not predict;
+L2), model MoE, cross-attention, tensor parallel communication or caches between HBM and SRAM, or import
+torch. Hardware numbers come from `inferopt.locate.hardware`.
 """
 
 from __future__ import annotations
@@ -155,7 +142,11 @@ def prefill_flops(
 
     `past_len`: tokens already in the KV cache (a prefix-cache hit, or earlier chunks of a chunked
     prefill) that the new tokens attend to. `logits_to_keep`: LM-head positions computed per sequence
-    (1 = only the last, what generation needs; 0 = all). `count_masked`: see the module docstring.
+    (1 = only the last, what generation needs; 0 = all). `count_masked` (default True): causal attention counts
+    the full s_q x s_k rectangle, exactly as `torch.utils.flop_counter.FlopCounterMode` does for eager attention
+    and sdpa; False counts about half of the square in a from-scratch prefill, what a causal kernel that skips
+    masked tiles (FlashAttention) does. Norms, rotary, softmax and activations are not counted (O(hidden) per
+    token, < 1 % here).
     """
     _check_shape(n_tokens=n_tokens, batch=batch, past_len=past_len)
     linear = 2.0 * batch * n_tokens * dims.n_layers * dims.layer_matmul_params
@@ -191,7 +182,11 @@ def prefill_bytes(
     materialize_scores: bool = False,
 ) -> float:
     """Lower-bound bytes moved to/from device memory by one forward over `n_tokens` new tokens per
-    sequence (conventions in the module docstring)."""
+    sequence (conventions: docs/method.md, L2). Every weight read once per forward (shared by the batch), the
+    embedding rows gathered, the past KV read once, the new K and V written once, activations read/written once
+    per matmul boundary (norms, rotary, activations, residual adds assumed fused into neighbours), the kept
+    logits; with `materialize_scores` four more passes per layer over the s_q x s_k scores (write S, read S,
+    write P, read P)."""
     _check_shape(n_tokens=n_tokens, batch=batch, past_len=past_len)
     # weights: every matmul weight and norm once; the LM head matrix (== embedding matrix when tied)
     # once; the embedding rows the batch gathers.

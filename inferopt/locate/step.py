@@ -11,7 +11,7 @@ estimate: device memory x gpu_memory_utilization - weights - workspace) and the 
 `engine_info` (what `VLLMEngine.info()` reported) adds the server's peak KV usage and running sequences
 to the verdict's knobs, and `kv_vllm` compares our KV math with vLLM's own report (`kv_vllm.py`).
 
-Deliberately not here: the rules themselves (`bottleneck.py`) and the remedy catalogue (`remedies.py`).
+Deliberately not here: the rules themselves (`bottleneck.py`) and the remedy catalogue (`inferopt.choose.remedies`).
 """
 
 from __future__ import annotations

@@ -1,40 +1,11 @@
-"""The phase join: server-side timings onto client-side records, per request (spans) or per run (histograms).
+"""The phase join (SPEC M3): server-side timings onto client-side records, per request (spans) or per run
+(histograms).
 
-Per request — vLLM's OpenTelemetry span (one `llm_request` span per finished request, vLLM 0.32
-`OutputProcessor.do_tracing`). Attributes read (seconds unless noted):
-  gen_ai.request.id                      `cmpl-<X-Request-Id>-<i>` (i = prompt index, 0 for us)
-  gen_ai.latency.time_in_queue           scheduled - queued          (engine-core monotonic clock)
-  gen_ai.latency.time_in_model_prefill   first token - scheduled     (engine-core monotonic clock)
-  gen_ai.latency.time_in_model_decode    last token - first token    (engine-core monotonic clock)
-  gen_ai.latency.time_in_model_inference last token - scheduled
-  gen_ai.latency.time_to_first_token     first output processed - arrival   (front-end wall clock)
-  gen_ai.latency.e2e                     finished output processed - arrival (front-end wall clock)
-  gen_ai.usage.prompt_tokens / completion_tokens (counts)
-  span start = arrival (front-end `time.time()` when the request reached the engine client, after the
-  HTTP handler parsed it), span end = when the span was made (≈ arrival + e2e).
-Mapping to `ServerTimings` (`inferopt.engines.vllm.spans.timings_from_vllm_span`):
-  arrival = span start; admitted = arrival + queue; context_ready = prefill_start = admitted (vLLM has
-  no separate context phase for token-id prompts: C_context = 0); prefill_end = admitted + prefill;
-  token_s = [arrival + TTFT] (the only per-token server time a span gives); done = arrival + e2e.
-Approximations, documented not hidden: (1) the hand-off front end -> engine core (IPC) is not in the
-queue interval, so `admitted` and `prefill_end` are early by it and T_first (= first token - prefill_end)
-absorbs it plus the hand-off back (outputs to the front end, detokenisation): T_first here is "server-
-internal transport + emission", not a model step. (2) Intervals measured on the engine core's monotonic
-clock are placed on the front end's wall-clock axis. (3) Spans carry no cached-token count: the
-record keeps the count from the stream's usage (`prompt_tokens_details`). (4) Decode: a span has no
-per-token times; `decode_ms` for such records is done - first token (see `phases.phase_table`).
-
-Clocks: span times are the server's wall clock (`time.time()`); records are on `now_s()` (monotonic,
-anchored to the epoch at import). On one host both read the same system clock; the mapping subtracts
-`inferopt.records.clock_offset_s()` (= time.time() - now_s(), measured at join time). The error bound is the
-drift of the wall clock against the monotonic clock between our anchoring and the run (NTP steps; slewing moves both
-clocks alike) — `clock_offset_s()` measured before and after a run bounds it; it is reported
-(`clock_drift_ms`), typically microseconds. Across hosts this join needs synchronised clocks (NTP: ~ms).
-
-Per run (aggregate) — when an engine gives only Prometheus histograms (an OpenAI-compatible server
-without tracing): `aggregate_join` compares per-run means from histogram deltas (queue, prefill, decode,
-TTFT, E2E) with the client-side means over ok requests. It is labelled `aggregate`, never written into
-per-request fields.
+Per request: vLLM's OpenTelemetry `llm_request` span (vLLM 0.32 `OutputProcessor.do_tracing`, one per finished
+request, keyed by `X-Request-Id`) mapped to `ServerTimings` on our clock (`inferopt.engines.vllm.spans`, which
+states the mapping and its approximations; `inferopt.records.clock_offset_s` states the clock bound). Per run,
+when an engine gives only Prometheus histograms: `aggregate_join`, server means beside client means, labelled
+`aggregate` and never written into per-request fields.
 
 Deliberately not here: receiving spans (`inferopt.transport.otel`), launching servers (engines), phase
 arithmetic (`inferopt.measure.phases`).

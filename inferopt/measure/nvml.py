@@ -1,22 +1,17 @@
-"""GPU power, memory and SM clock during a piece of work, read through NVML (issue 4 item 4, the GPU side).
+"""GPU power, memory and SM clock during a piece of work, read through NVML (the GPU side of step 1's resources).
 
     reader, reason = open_nvml()            # reason: "not available: <why>" where NVML cannot be used
     samples = [reader.read() for ...]       # taken by the sampler thread in `inferopt.measure.resources`
     summary = aggregate_gpu_samples(samples)
 
 `open_nvml()` needs the `pynvml` module (package `nvidia-ml-py`), a loadable NVML library (an NVIDIA driver)
-and at least one device; the devices read are those CUDA would use (`CUDA_VISIBLE_DEVICES` as integer
-indices, else every device). One `read()` is one sample over those devices: board power summed (W), memory
-used summed (bytes), SM clock averaged (MHz), and the driver's cumulative energy counter where the GPU has
-one (mJ, Volta and newer).
-
-`aggregate_gpu_samples` is pure: mean and peak power, energy as the trapezoid integral of power over time
-(J = W x s), peak memory used, mean and minimum SM clock (a falling clock under load means power or thermal
-throttling), and — when the driver's energy counter was read — its difference over the same span, to check
-the integral against.
-
-What this module deliberately does not do: start a thread (resources.py samples), attribute power to a
-process (NVML reports the whole board: run one arm at a time), or time kernels (`inferopt.engines.hf.cuda_events`).
+and a device; it reads the devices CUDA would use (`visible_indices`). One `read()` is one sample over them:
+board power summed (W), memory used summed (bytes), SM clock averaged (MHz), the driver's cumulative energy
+counter where the GPU has one (mJ, Volta and newer). `aggregate_gpu_samples` is pure: mean and peak power, energy
+as the integral of power over time (checked against the counter), peak memory, mean and minimum SM clock (a
+falling clock under load means throttling). Deliberately not here: starting a thread (resources.py samples),
+attributing power to a process (NVML reports the whole board: run one arm at a time), timing kernels
+(`inferopt.engines.hf.cuda_events`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Records -> per-request phase metrics (M2, M3): pure functions of raw timestamps, in milliseconds.
+"""Records -> per-request phase metrics (M2, M3): pure functions of raw timestamps, in milliseconds, per request:
 
-The decomposition (SPEC M3), per request:
   TTFT      = client first token - intended send time          (what the user saw)
             = send_lag + Q + C_context + T_prefill + T_first + residual_ttft
   send_lag  = sent - intended              (client behind schedule)
@@ -11,8 +10,7 @@ The decomposition (SPEC M3), per request:
   residual  = what the engine did not see: transport to the engine and back to the client.
   TPOT      = mean gap between client tokens after the first; E2E = client done - intended
             = TTFT + (N-1) x TPOT + T_external + residual_e2e.
-A residual is reported per request, never folded away; `decomposition_check` says whether it adds up.
-
+A residual is reported per request, never folded away; `decomposition_check` says whether it adds up (SPEC M3).
 Deliberately not here: percentiles and slicing (`slices.py`), verdicts (`inferopt.locate`).
 """
 

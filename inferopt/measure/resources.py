@@ -1,37 +1,11 @@
-"""Process resource usage around a piece of work (issue 4, item 4, the CPU side): resident memory and CPU
-time, plus the sampler every ablation trial runs under.
+"""Process resource usage around a piece of work (the CPU side): resident memory and CPU time, and the sampler
+every ablation trial runs under.
 
-Two tools:
-
-1. Before/after snapshots of *this* process, standard library only (`resource.getrusage`, `/proc/self/statm`):
-
-       before = process_usage(); ...work...; delta = usage_delta(before, process_usage())
-
-   `usage_delta` gives wall_s, cpu_user_s, cpu_sys_s, cpu_s and cpu_util (CPU seconds per wall second: 1.0 =
-   one core busy; all threads), rss_bytes_before / rss_bytes_after and rss_peak_bytes (ru_maxrss: the peak
-   since the process started, not the window's — read it as "peak so far").
-
-2. `ResourceSampler`, a context manager with a daemon thread that samples every `interval_s` (default 0.5 s)
-   the *process tree serving the work*: this process (the in-process hf engine) plus every descendant that
-   appeared after the sampler started (a `vllm serve` launched for the trial, its engine-core and workers;
-   children that existed before, e.g. Prefect's API server, are not counted). Each sample is (t_s, RSS summed
-   over the tree, CPU seconds summed over the tree: a process that exits keeps its last reading). On a
-   CUDA/NVML machine the same thread reads NVML (`inferopt.measure.nvml`); elsewhere the summary says
-   "not available: <why>". `summary(window)` reduces the samples over a time window (the trial's measured
-   load, from its records) with `window_usage`, a pure function: `peak_rss_bytes`, `cpu_time_s`,
-   `cpu_util`, and the same over the whole trial (engine start and stop included) as `trial_*`. Within the
-   window, this process's own peak is exact when it set a new lifetime high (ru_maxrss grew) and sampled
-   otherwise; CPU time has the resolution of one interval at each end.
-
-RSS summed over several processes counts pages they share (libraries, fork-shared memory) once per
-process: an upper bound on the tree's footprint, consistent between arms. Reading a known process costs
-~0.1 ms (psutil reads /proc); finding new descendants scans every process on the machine (~4 ms of CPU with 160
-processes, in Python under the GIL), so it runs every DISCOVER_EVERY-th sample (and at the first and last):
-with an in-process engine the sampler takes well under 1 % of a core. A child that lives less than
-DISCOVER_EVERY x interval_s may go unseen. An engine that serves in this process (hf, fake) or elsewhere
-(an external endpoint) samples with `children=False`: no scans at all — a 4 ms hold of the GIL every 2 s
-is noise in the very latencies the trial measures: with it, benchmarks/verdict_error_rates.py detected the
-planted 10 % TPOT regression 87.5 % of the time (A/A 5.0 %); without, 100 % (A/A 3.3 %).
+- `process_usage` / `usage_delta`: before/after snapshots of *this* process, standard library only
+  (`resource.getrusage`, `/proc/self/statm`).
+- `ResourceSampler`: a daemon thread sampling the process tree serving the work (this process plus the
+  descendants that appeared after it started, e.g. a `vllm serve` and its workers) and, where present, NVML;
+  `summary(window)` reduces the samples over the trial's measured load with `window_usage`, a pure function.
 
 What this module deliberately does not do: device memory (NVML, `nvml.py`; torch.cuda elsewhere), per-op
 profiles (`inferopt.locate.profile`), or attribution between processes that share this one's tree.
@@ -79,7 +53,13 @@ def process_usage() -> dict[str, Any]:
 
 
 def usage_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """What happened between two `process_usage()` snapshots (see the module docstring)."""
+    """What happened between two `process_usage()` snapshots:
+
+        before = process_usage(); ...work...; delta = usage_delta(before, process_usage())
+
+    wall_s, cpu_user_s, cpu_sys_s, cpu_s and cpu_util (CPU seconds per wall second: 1.0 = one core busy; all
+    threads), rss_bytes_before / rss_bytes_after and rss_peak_bytes (ru_maxrss: the peak since the process
+    started, not the window's — read it as "peak so far")."""
     wall = max(after["t_s"] - before["t_s"], 0.0)
     user = after["cpu_user_s"] - before["cpu_user_s"]
     sys_ = after["cpu_sys_s"] - before["cpu_sys_s"]
@@ -156,7 +136,22 @@ def load_window(records: Sequence[Any]) -> tuple[float, float] | None:
 
 class ResourceSampler:
     """Samples the serving process tree (and NVML where present) every `interval_s` while in its `with`
-    block; see the module docstring. `summary(window)` -> the per-trial metrics."""
+    block. `summary(window)` -> the per-trial metrics.
+
+    Each sample is (t_s, RSS summed over the tree, CPU seconds summed over the tree: a process that exits
+    keeps its last reading); children that existed before the sampler started (e.g. Prefect's API server)
+    are not counted. Without NVML the summary says "not available: <why>". Within the window, this process's
+    own peak is exact when it set a new lifetime high (ru_maxrss grew) and sampled otherwise; CPU time has
+    the resolution of one interval at each end. RSS summed over processes counts shared pages once per
+    process: an upper bound on the tree's footprint, consistent between arms.
+
+    Cost: reading a known process takes ~0.1 ms (psutil reads /proc); finding new descendants scans every
+    process on the machine (~4 ms of CPU with 160 processes, under the GIL), so it runs every
+    DISCOVER_EVERY-th sample (and at the first and last); a child that lives less than DISCOVER_EVERY x
+    interval_s may go unseen. An engine serving in this process (hf, fake) or elsewhere (an external
+    endpoint) samples with `children=False`: no scans at all — a 4 ms hold of the GIL every 2 s is noise in
+    the very latencies the trial measures (benchmarks/verdict_error_rates.py detected a planted 10 % TPOT
+    regression 87.5 % of the time with it, A/A 5.0 %; without, 100 %, A/A 3.3 %)."""
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, gpu: bool = True, children: bool = True) -> None:
         if interval_s <= 0:

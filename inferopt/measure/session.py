@@ -1,18 +1,12 @@
 """Run one system on one workload: start its engine, replay the workload open-loop, stop the engine.
 
-This is the unit every step reuses (measure, each ablation trial, each validation scenario). A crash
-anywhere — the engine failing to load, the run dying — becomes a `MeasuredRun` with `failed` set and the
-error text, so the caller can mark that arm failed and carry on. The run says where it failed (`failed_at`:
-"start" = the engine could not be built or started, e.g. an ImportError for a GPU-only kernel; "run" = during
-the load) and the exception's class names (`error_type`), so a caller can tell "cannot run here" from a crash.
-
-The phase join happens here, between the replay and the engine stop: an engine with per-request server
-timings that arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's OpenTelemetry spans) is
-asked for them, the records get their server fields (`inferopt.measure.join`), and the records file is
-rewritten atomically with the joined records (the streamed JSONL keeps the client-side records if the run
-dies first). An engine with only Prometheus histograms gets an aggregate join instead (`MeasuredRun.
-aggregate_join`: per-run server means beside client means, labelled as such). `MeasuredRun.join` says
-which happened and how many requests were joined.
+This is the unit every step reuses (measure, each ablation trial, each validation scenario). A crash anywhere —
+the engine failing to load, the run dying — becomes a `MeasuredRun` with `failed` set and the error text, so the
+caller can mark that arm failed and carry on. The run says where it failed (`failed_at`: "start" = the engine
+could not be built or started, e.g. an ImportError for a GPU-only kernel; "run" = during the load) and the
+exception's class names (`error_type`), so a caller can tell "cannot run here" from a crash. The phase join
+(M3) happens here, between the replay and the engine stop (`_join`); `MeasuredRun.join` says which join ran and
+how many requests it joined.
 
 Deliberately not here: deciding what to run (steps do) and tracking (tasks/ log what comes back).
 """
@@ -83,7 +77,13 @@ def vocab_size_of(system: Any) -> int:
 
 async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
     """Per-request server timings from an engine that reports them after the stream; records replaced
-    in `result` (warm-ups too). Returns the join's summary (kind "none": the engine has no such timings)."""
+    in `result` (warm-ups too). Returns the join's summary (kind "none": the engine has no such timings).
+
+    An engine whose server timings arrive after the stream (`server_timings(request_ids)`, e.g. vLLM's
+    OpenTelemetry spans) is asked for them and the records get their server fields (`inferopt.measure.join`);
+    `run_system` then rewrites the records file atomically with the joined records (the streamed JSONL keeps
+    the client-side records if the run dies first). An engine with only Prometheus histograms gets an
+    aggregate join there instead (`MeasuredRun.aggregate_join`: per-run server means beside client means)."""
     offset_before = result.engine_info.get("_clock_offset_s")
     records = result.warmup_records + result.records
     ids = [r.request_id for r in records if r.outcome == "ok"]

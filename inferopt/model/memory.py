@@ -10,7 +10,6 @@ double-counted), so a quantized model or cache shows the bytes it actually keeps
 A KV cache (transformers 5.x `Cache`) is walked layer by layer: every tensor reachable from a layer's
 attributes (full-precision keys/values, a quantized cache's packed tensors, scales, zero points, its
 full-precision residual) is counted. A StaticCache counts its whole preallocated buffer — what it holds.
-
 Deliberately not here: when to measure (the engine decides), process RSS (`inferopt.measure.resources`),
 and GPU allocator statistics (torch.cuda).
 """

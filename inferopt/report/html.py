@@ -32,7 +32,8 @@ TITLES = {
 }
 
 CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;margin:0;color:#1d2330;
+background:#f6f7f9}
 main{max-width:1340px;margin:0 auto;padding:18px 28px 60px}
 h1{font-size:22px;margin:6px 0 2px}h2{font-size:18px;margin:30px 0 8px;padding-top:8px;border-top:2px solid #d9dde5}
 h3{font-size:14px;margin:16px 0 6px;color:#3b4455}
@@ -54,8 +55,10 @@ th,td{border:1px solid #e1e4ea;padding:2px 6px;text-align:left;vertical-align:to
 thead th{background:#eef1f6;position:sticky;top:0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 td.long{min-width:320px;max-width:620px;white-space:normal}tbody tr:nth-child(even){background:#fafbfc}
 table.kv th{background:#f3f5f8;font-weight:500;white-space:nowrap}
-.figs{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0;background:#fff;border:1px solid #e1e4ea;border-radius:6px;padding:6px}
-figure{flex:0 1 auto;max-width:600px}figure.wide{max-width:100%}figure img{max-width:100%;display:block}figcaption{font-size:11px;color:#5b6475}
+.figs{display:flex;flex-wrap:wrap;gap:12px}
+figure{margin:0;background:#fff;border:1px solid #e1e4ea;border-radius:6px;padding:6px}
+figure{flex:0 1 auto;max-width:600px}figure.wide{max-width:100%}figure img{max-width:100%;display:block}
+figcaption{font-size:11px;color:#5b6475}
 details{margin:6px 0}summary{cursor:pointer;font-size:13px;color:#2456a6}
 .big{font-size:15px;margin:4px 0}.note{font-weight:400;color:#6b7280}
 """

@@ -1,7 +1,7 @@
 """Figure for the op profile (`inferopt.locate.profile`): one stacked bar per phase, the share of the
 phase's time in attention / matmul / other ops / host, with the time per forward on top.
 
-Deliberately not here: the numbers (profile.py computes them) and the run's other figures (plots.py).
+Deliberately not here: the numbers (`inferopt.locate.profile` computes them) and the run's other figures (plots.py).
 """
 
 from __future__ import annotations

@@ -115,7 +115,8 @@ def table_html(
     head = "".join(f"<th>{esc(c)}</th>" for c in shown.columns)
     body = []
     for row in shown.itertuples(index=False, name=None):
-        body.append("<tr>" + "".join(_cell(v, colour_bool, str(c)) for v, c in zip(row, shown.columns, strict=False)) + "</tr>")
+        cells = "".join(_cell(v, colour_bool, str(c)) for v, c in zip(row, shown.columns, strict=False))
+        body.append("<tr>" + cells + "</tr>")
     note = []
     if len(df) > max_rows:
         note.append(f"showing {max_rows} of {len(df)} rows")

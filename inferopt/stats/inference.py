@@ -1,31 +1,14 @@
-"""Statistics for "the gain exceeds noise" (SPEC A1, G2): NaN-safe percentiles, percentile-bootstrap
-confidence intervals, a paired two-level bootstrap of baseline-vs-candidate effects, a paired t-test over
-repeats (`paired_repeat_test`, what ablations use by default: the repeat is the unit that was randomised),
-and Holm's step-down correction when several metrics are tested at once. The interaction of several
-changes in their combination builds on these and lives in `interaction.py`.
+"""Statistics for "the gain exceeds noise" (SPEC A1, G2): NaN-safe percentiles, percentile-bootstrap confidence
+intervals, a paired two-level bootstrap of baseline-vs-candidate effects, a paired t-test over repeats
+(`paired_repeat_test`, what ablations use by default: the repeat is the unit that was randomised), and Holm's
+step-down correction when several metrics are tested at once. The interaction of several changes in their
+combination builds on these (`inferopt.ablate.interaction`).
 
-The statistic is always an argument (lm-eval style): `stat_fn(values_1d) -> float`, e.g. `np.mean`,
-or `percentile_fn(99)` for a tail. Every bootstrap takes an explicit seed and its own generator.
+The statistic is always an argument (lm-eval style): `stat_fn(values_1d) -> float`, e.g. `np.mean`, or
+`percentile_fn(99)` for a tail. Every bootstrap takes an explicit seed and its own generator.
 
-Resampling in `paired_bootstrap_diff` (two levels, because repeats of a load test differ from each
-other by more than their requests do: warm-up, neighbours, thermal state):
-1. trials (blocks) are resampled with replacement; when both arms have the same number of trials
-   the *same* trial indices are drawn for both (trial i of A and trial i of B ran back to back in
-   the interleaved ablation order, so they share the machine's drift — this is the pairing);
-2. within each drawn trial, requests are resampled with replacement;
-3. the statistic is computed per arm on the pooled resampled requests, then b - a and b / a.
-With no real trial-to-trial variation and independent requests the two-level scheme is conservative
-(variance is counted at both levels). Neither holds under load: requests in a batch share decode steps,
-so the request level overstates the information in a trial, and with 3-6 trials the percentile interval
-of the trial level is too narrow. Measured on the fake engine (A/A, nominal 5 %): 14 % false alarms at
-3 repeats (`benchmarks/verdict_error_rates.py --repeats 3 --test two_level_bootstrap`), 8-10 % in earlier
-runs at 3-5. Hence `paired_repeat_test` for ablations; keep this one for many trials or independent units.
-Requests are not paired across arms: under load a request's latency depends on its neighbours, so
-request i of A and request i of B are not a matched pair even with an identical workload.
-
-What this module deliberately does not do: decide which metric matters or what counts as better
-(lower latency vs higher throughput) — that is the caller's; it reports the signed effect b - a.
-No torch, no pandas.
+What this module deliberately does not do: decide which metric matters or what counts as better (lower latency
+vs higher throughput) — that is the caller's; it reports the signed effect b - a. No torch, no pandas.
 """
 
 from __future__ import annotations
@@ -177,11 +160,22 @@ def paired_bootstrap_diff(
     metric: str | None = None,
     row_stat: RowStat | None = None,
 ) -> Effect:
-    """Effect of b over a for `stat_fn` with a two-level (trials, then requests) bootstrap; see the
-    module docstring. Each element of `a_trials` / `b_trials` holds one repeat's per-request values
-    (NaNs dropped). p-value: 2 x the smaller tail share of bootstrap diffs at or beyond 0, with a +1
-    correction so it is never exactly 0, capped at 1. `row_stat`, when given, must compute the same
-    statistic row-wise (e.g. `quantile_rows(0.5)` for a median): same resampling scheme, drawn in one go."""
+    """Effect of b over a for `stat_fn` with a two-level (trials, then requests) bootstrap. Each element of
+    `a_trials` / `b_trials` holds one repeat's per-request values (NaNs dropped). p-value: 2 x the smaller tail
+    share of bootstrap diffs at or beyond 0, with a +1 correction so it is never exactly 0, capped at 1.
+    `row_stat`, when given, must compute the same statistic row-wise (e.g. `quantile_rows(0.5)` for a median):
+    same resampling scheme, drawn in one go.
+
+    Two levels, because repeats of a load test differ by more than their requests do (warm-up, neighbours,
+    thermal state): 1. trials are resampled with replacement — with equal trial counts the *same* indices for
+    both arms (trial i of a and of b ran back to back and share the machine's drift: this is the pairing);
+    2. requests within each drawn trial are resampled; 3. the statistic per arm on the pooled resample, then
+    b - a and b / a. Requests are not paired across arms: under load a request's latency depends on its
+    neighbours. Conservative only with no trial-to-trial variation and independent requests; under load
+    requests in a batch share decode steps, and with 3-6 trials the trial-level interval is too narrow: 14 %
+    false alarms at a nominal 5 % on the fake engine at 3 repeats (`benchmarks/verdict_error_rates.py --repeats
+    3 --test two_level_bootstrap`). Hence `paired_repeat_test` for ablations; use this one for many trials or
+    independent units."""
     a = [_finite(t) for t in a_trials]
     b = [_finite(t) for t in b_trials]
     a = [t for t in a if t.size]
@@ -236,12 +230,12 @@ def paired_repeat_test(
     diff and its CI are the ratio and its CI on the baseline's scale, a_value · (ratio - 1), so the
     difference's CI excludes 0 exactly when the ratio's excludes 1.
 
-    Why not resample requests: within a trial they are not independent — batch-mates share decode steps,
-    everyone shares the queue — so a request-level bootstrap credits a trial with far more information than
-    it holds, and with 3-5 trials its percentile interval is too narrow (measured: A/A false alarms at 8-14 %
-    for a nominal 5 % on the fake engine, `benchmarks/verdict_error_rates.py`; this test: 2-6 %). The t distribution is what
-    makes few repeats honest. Assumes the d_r are roughly normal (log ratios of per-trial statistics are); a
-    pair where either statistic is missing or <= 0 is dropped. Fewer than 2 pairs: no test (NaN)."""
+    Why not resample requests: within a trial they are not independent — batch-mates share decode steps, everyone
+    shares the queue — so a request-level bootstrap credits a trial with far more information than it holds, and with
+    3-5 trials its percentile interval is too narrow (measured: A/A false alarms at 8-14 % for a nominal 5 % on the
+    fake engine, `benchmarks/verdict_error_rates.py`; this test: 2-6 %). The t distribution is what makes few repeats
+    honest. Assumes the d_r are roughly normal (log ratios of per-trial statistics are); a pair where either
+    statistic is missing or <= 0 is dropped. Fewer than 2 pairs: no test (NaN)."""
     name = stat_name(stat_fn, metric)
     a = [_finite(t) for t in a_trials]
     b = [_finite(t) for t in b_trials]

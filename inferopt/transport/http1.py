@@ -1,24 +1,16 @@
 """A keep-alive HTTP/1.1 connection pool whose `fire()` writes a request to the socket *synchronously*.
 
-Why not aiohttp for the timed requests: in an open-loop load test the send time is part of the
-measurement. aiohttp's request path awaits several times before the body reaches the socket (on Python
-3.11 the body is written by a task started one loop pass after the headers), so every send waits behind
-whatever other streams' chunks the loop is processing — that wait is the send-lag tail. Here the load
-runner's timer callback calls `fire()`, which writes pre-encoded request bytes on an idle connection
-right there, in the same callback, and stamps `sent_s` after the write. Each body chunk is stamped in
-`data_received`, the moment it comes off the socket, not when a consumer task gets round to it, and the
-consumer is woken once per socket read, not once per SSE event.
+Why not aiohttp for the timed requests: in an open-loop load test the send time is part of the measurement.
+aiohttp's request path awaits several times before the body reaches the socket (on Python 3.11 the body is
+written by a task started one loop pass after the headers), so every send waits behind whatever other streams'
+chunks the loop is processing — that wait is the send-lag tail. Here the load runner's timer callback calls
+`fire()`, which writes pre-encoded request bytes on an idle connection in that same callback and stamps
+`sent_s` after the write; each body chunk is stamped in `data_received`, the moment it comes off the socket,
+and the consumer is woken once per socket read, not once per SSE event. HTTP/1.1 framing is h11's job; this
+module owns only the pool (`ConnectionPool` says its rules) and the timing.
 
-HTTP/1.1 framing (status line, headers, chunked / content-length bodies, keep-alive, `Connection:
-close`) is h11's job; this module owns only the pool and the timing. One pool per base URL: at most
-`max_connections` open connections; a request that finds none idle opens one (while under the limit) or
-waits, first in first out, for one to be released — that wait is client time and shows in `sent_s`.
-Idle connections older than `keepalive_s` are closed rather than reused (servers close idle ones after
-~5 s; reusing one they just closed would be a spurious error). A response not read to its end (timeout,
-cancellation) closes its connection.
-
-Deliberately not here: what the body means (SSE, JSON: `inferopt.engines.openai`), retries, proxies,
-HTTP/2, and control requests (`/v1/models`, `/metrics` stay on aiohttp: they are not timed).
+Deliberately not here: what the body means (SSE, JSON: `inferopt.engines.openai`), retries, proxies, HTTP/2,
+and control requests (`/v1/models`, `/metrics` stay on aiohttp: they are not timed).
 """
 
 from __future__ import annotations
@@ -236,7 +228,13 @@ class _Http1Protocol(asyncio.Protocol):
 
 
 class ConnectionPool:
-    """Keep-alive connections to one endpoint; `fire(wire)` sends at once when a connection is idle."""
+    """Keep-alive connections to one endpoint; `fire(wire)` sends at once when a connection is idle.
+
+    At most `max_connections` open connections; a request that finds none idle opens one (while under the
+    limit) or waits, first in first out, for one to be released — that wait is client time and shows in
+    `sent_s`. Idle connections older than `keepalive_s` are closed rather than reused (servers close idle ones
+    after ~5 s; reusing one they just closed would be a spurious error). A response not read to its end
+    (timeout, cancellation) closes its connection."""
 
     def __init__(
         self, endpoint: Endpoint, max_connections: int, keepalive_s: float = 4.0, connect_timeout_s: float = 30.0

@@ -1,21 +1,12 @@
-"""An opt-in client retry policy for rejected requests (HTTP 429/503, admission control), as a real caller
-behaves: bounded attempts, the server's `Retry-After` honoured when it sends one, otherwise exponential
-backoff with full jitter — and every attempt kept.
+"""An opt-in client retry policy for rejected requests (HTTP 429/503, admission control), as a real caller behaves:
+bounded attempts, the server's `Retry-After` honoured when it sends one, otherwise exponential backoff with full
+jitter — and every attempt kept.
 
-`RetryingEngine(engine, policy)` (`inferopt.engines.retrying`) wraps any engine (the `Engine` protocol) and is
-driven by the load runner like the engine itself. For each request it calls the inner engine's `fire` (send now;
-HTTP engines have it) or `stream`; when an attempt ends in `RequestRejected` before any token arrived it waits (`retry_wait_s`) and tries again, up to
-`max_attempts`. The request's own record (written by the runner) carries the *final* outcome, with
-latency still counted from the intended send time, so the waiting shows up in TTFT (as send lag: the
-last attempt's `SentEvent` is the request's send time). Each attempt is an `AttemptRecord` sub-record in
-`RetryingEngine.attempts` (request id, attempt number, outcome, error, start/end, the server's
-Retry-After, the wait chosen), so no attempt's outcome is lost.
-
-Waits: attempt k (1-based) rejected -> wait `Retry-After` if the server sent one and the policy honours it
-(a Retry-After beyond `max_retry_after_s` ends the retries: the caller will not wait that long), else
-`uniform(0, min(max_backoff_s, base_backoff_s * 2**(k-1)))` (AWS's "full jitter"; `jitter: none` waits
-the cap itself). The jitter draws from an rng seeded by (seed, request id), so a replay waits the same.
-`budget_s` bounds the total waiting of one request. The load runner's per-request timeout still holds.
+`RetryingEngine(engine, policy)` (`inferopt.engines.retrying`) wraps any engine and is driven by the load
+runner like the engine itself. The request's own record carries the *final* outcome, with latency still counted
+from the intended send time, so the waiting shows up in TTFT; each attempt is an `AttemptRecord`, so no
+attempt's outcome is lost. `retry_wait_s` chooses each wait; the jitter draws from an rng seeded by (seed,
+request id), so a replay waits the same. The load runner's per-request timeout still holds.
 
 Deliberately not here: retrying errors other than rejections (a broken stream may have had side effects;
 failover across replicas is the load balancer's job), and the HTTP transport (`inferopt.engines.openai`).
@@ -92,7 +83,12 @@ def retry_wait_s(
     policy: RetryPolicy, attempt: int, retry_after_s: float | None, rng: random.Random
 ) -> tuple[float | None, str | None]:
     """(wait before the next attempt, None) after attempt `attempt` (1-based) was rejected, or
-    (None, why not) when the policy gives up."""
+    (None, why not) when the policy gives up.
+
+    The server's `Retry-After` when it sent one and the policy honours it (one beyond `max_retry_after_s` ends
+    the retries: the caller will not wait that long), else `uniform(0, min(max_backoff_s, base_backoff_s *
+    2**(attempt-1)))` (AWS's "full jitter"; `jitter: none` waits the cap itself). `budget_s` bounds the total
+    waiting of one request (the caller's)."""
     if attempt >= policy.max_attempts:
         return None, f"max_attempts={policy.max_attempts} reached"
     if retry_after_s is not None and policy.honour_retry_after:

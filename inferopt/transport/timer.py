@@ -1,17 +1,15 @@
 """Sub-millisecond wake-ups on an asyncio loop without spinning: a Linux `timerfd` watched by the loop.
 
 The loop's own timers (`asyncio.sleep`, `call_at`) are only as fine as its poll timeout: epoll takes
-milliseconds, so a sleep ends up to ~1 ms late (uvloop's timers are whole milliseconds too). An open-loop
-client at hundreds of requests per second needs better than that for its send times, and busy-waiting
-the last millisecond is no answer on a small box: the spinning process takes the CPU from the server
-under test. A timerfd armed at an absolute CLOCK_MONOTONIC time (the clock `time.perf_counter`, and so
-`records.now_s`, reads on Linux) makes the poll return when it fires, to within the kernel's timer
-slack (~50 µs), costing nothing while waiting.
+milliseconds, so a sleep ends up to ~1 ms late (uvloop's timers are whole milliseconds too). An open-loop client
+at hundreds of requests per second needs better for its send times, and busy-waiting the last millisecond is no
+answer on a small box: the spinning process takes the CPU from the server under test. A timerfd armed at an
+absolute CLOCK_MONOTONIC time (the clock `time.perf_counter`, and so `records.now_s`, reads on Linux) makes the
+poll return when it fires, to within the kernel's timer slack (~50 µs), costing nothing while waiting.
 
-A timer holds one pending callback: `arm(target_s, callback)` runs `callback()` on the loop once
-`now_s() >= target_s` (re-arming replaces it). It runs straight from the loop's I/O phase, so what it
-starts (a request's task) runs in the next pass of the loop. `make_timer()` gives a `PreciseTimer` where
-timerfd exists (Linux) and a `LoopTimer` (the loop's own `call_at`, ~1 ms) elsewhere.
+A timer holds one pending callback: `arm(target_s, callback)` runs `callback()` on the loop once `now_s() >=
+target_s` (re-arming replaces it), straight from the loop's I/O phase. `make_timer()` gives a `PreciseTimer`
+where timerfd exists (Linux) and a `LoopTimer` (the loop's own `call_at`, ~1 ms) elsewhere.
 
 Deliberately not here: scheduling policy (the runner decides when to send).
 """

@@ -1,24 +1,13 @@
-"""The seed's worked case, reproduced in shape (SPEC E): the same load through several serving strategies,
-one table (throughput, TTFT p50/p99, TPOT p95, SLO verdict) and one choice, decided in the seed's order.
+"""The seed's worked case, reproduced in shape (SPEC E): the same load through several serving strategies, one
+table (throughput, TTFT p50/p99, TPOT p95, SLO verdict) and one choice, decided in the seed's order.
 
-The decision (`decide`, pure): rank the strategies by throughput, highest first; walk down the ranking and
-check each against the SLO in the seed's order — TTFT p50, then TTFT p99, then TPOT p95 (and E2E p99 and the
-failure rates when the SLO sets them); the first strategy that meets every check is chosen. So the fastest
-strategy wins only if its tail holds; a faster-on-average strategy whose p99 fails is passed over, and if
-none meets the SLO nothing is chosen and the table says why.
-
-What a row measures (`row_from_run`): throughput is the output tokens/s of every successful request of every
-tenant over the run's window (the deployment's capacity); latencies and failure rates are over the
-interactive tenants' requests only — those are what the SLO promises (the seed: "meets every interactive
-SLO"). A strategy whose run crashed gets a row with no numbers that fails the SLO, with the error.
-
-The load (`case_requests`): each tenant's synthetic workload is built on its own and the tables are merged
-on one arrival timeline. Strategies run one after another through `run_system`, each on the same table;
-a pooled strategy is one `PooledSystem` (`inferopt.engines.pooled`), so its pools receive their tenants'
-requests from that one timeline and its records come back as one run.
+`case_requests` puts every tenant's synthetic workload on one arrival timeline; the strategies run one after
+another through `run_system` on that table (a pooled strategy is one `PooledSystem`, so its pools receive their
+tenants' requests from that timeline and its records come back as one run); `row_from_run` makes a table row
+and `decide` chooses. The fastest strategy wins only if its tail holds; if none meets the SLO nothing is chosen
+and the table says why. The numbers hold for this load only: re-measure when the load changes.
 
 Deliberately not here: the config (`inferopt.config.case`), the engines, the load runner, MLflow.
-The numbers hold for this load only: re-measure when the load changes (the seed says so too).
 """
 
 from __future__ import annotations
@@ -98,7 +87,10 @@ def case_requests(case: CaseConfig) -> pd.DataFrame:
 
 
 def row_from_run(strategy: str, run: MeasuredRun, interactive_tenants: tuple[str, ...]) -> CaseRow:
-    """The table row of one strategy's run (see the module docstring for what each column covers)."""
+    """The table row of one strategy's run. Throughput: output tokens/s of every successful request of every
+    tenant over the run's window (the deployment's capacity); latencies and failure rates: the interactive
+    tenants' requests only — what the SLO promises (the seed: "meets every interactive SLO"). A crashed run
+    gets a row with no numbers that fails the SLO, with the error."""
     if run.failed:
         return CaseRow(strategy, NAN, NAN, NAN, NAN, failed=True, error=(run.error or "failed").splitlines()[0])
     phases = run.phases
@@ -156,7 +148,10 @@ def slo_checks(row: CaseRow, slo: SLOConfig) -> list[tuple[str, bool]]:
 
 
 def decide(rows: list[CaseRow], slo: SLOConfig) -> CaseDecision:
-    """Throughput first, then p50 and p99 (and the rest) against the SLO; see the module docstring."""
+    """Throughput first, then p50 and p99 (and the rest) against the SLO: rank the strategies by throughput,
+    highest first, walk down the ranking checking each in the seed's order — TTFT p50, then TTFT p99, then
+    TPOT p95 (and E2E p99 and the failure rates when the SLO sets them) — and choose the first that meets
+    every check. A faster-on-average strategy whose p99 fails is passed over."""
 
     def tput(r: CaseRow) -> float:
         return -math.inf if math.isnan(r.throughput_tok_s) else r.throughput_tok_s

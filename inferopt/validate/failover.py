@@ -1,18 +1,9 @@
-"""What a node failure did to a run, as pure functions of its per-request table and the kill time.
+"""What a node failure did to a run (SPEC V2), as pure functions of its per-request table and the kill time.
 
-Inputs: one row per request with `intended_s`, `client_done_s` (epoch s), `outcome` and `ttft_ms`, plus
-the moment the replica was killed (`kill_s`). Definitions (all times from the kill):
-- `failed_requests`: requests whose outcome is not ok (error, timeout or rejected), also split by when
-  they were sent (before the kill / in flight at it / after it);
-- `baseline_failure_rate`: the failure rate of the requests that finished before the kill;
-- `recovery_s`: from the kill to the intended send time of the first request, sent after the kill, from
-  which on the failure rate of every later-sent request stays at or below the baseline — i.e. the error
-  rate has returned to baseline and stays there. With a failure-free baseline: the send time of the
-  first request after which nothing failed. None = it never returned within the run (not recovered);
-- `first_ok_after_kill_s`: from the kill to the completion of the first request sent after the kill that
-  succeeded (the first success routed to a survivor);
-- segments: `before` = finished before the kill; `during` = in flight at the kill or sent before
-  recovery; `after` = sent at or after recovery. p99 TTFT (served requests) and failures per segment.
+Input: one row per request with `intended_s`, `client_done_s` (epoch s), `outcome` and `ttft_ms`, plus the moment
+the replica was killed (`kill_s`). `failover_summary` gives the failed requests (before / in flight / after the
+kill), the baseline failure rate, the recovery time and the first success after the kill (it defines each);
+`segment_table` the p99 TTFT and failures before, during and after the failure.
 
 Deliberately not here: running anything (`node_failure.py`).
 """
@@ -40,7 +31,17 @@ def _recovery_index(failed: np.ndarray, baseline: float) -> int | None:
 
 
 def failover_summary(frame: pd.DataFrame, kill_s: float) -> dict[str, float | None]:
-    """Failures, baseline, recovery and first success after the kill (see the module docstring)."""
+    """Failures, baseline, recovery and first success after the kill, all times from the kill:
+
+    - `failed_requests`: requests whose outcome is not ok (error, timeout or rejected), also split by when they
+      were sent (before the kill / in flight at it / after it);
+    - `baseline_failure_rate`: the failure rate of the requests that finished before the kill;
+    - `recovery_s`: from the kill to the intended send time of the first request, sent after the kill, from
+      which on the failure rate of every later-sent request stays at or below the baseline — the error rate
+      has returned to baseline and stays there. With a failure-free baseline: the send time of the first
+      request after which nothing failed. None = it never returned within the run (not recovered);
+    - `first_ok_after_kill_s`: from the kill to the completion of the first request sent after the kill that
+      succeeded (the first success routed to a survivor)."""
     f = frame.sort_values("intended_s")
     failed = (f["outcome"] != "ok").to_numpy()
     done = pd.to_numeric(f["client_done_s"], errors="coerce").to_numpy(float)
@@ -68,7 +69,9 @@ def failover_summary(frame: pd.DataFrame, kill_s: float) -> dict[str, float | No
 
 
 def segment_table(frame: pd.DataFrame, kill_s: float, recovery_s: float | None) -> pd.DataFrame:
-    """Requests, failures and TTFT p50/p99 of the served ones, before / during / after the failure."""
+    """Requests, failures and TTFT p50/p99 of the served ones, before / during / after the failure: `before` =
+    finished before the kill; `during` = in flight at the kill or sent before recovery; `after` = sent at or
+    after recovery."""
     done = pd.to_numeric(frame["client_done_s"], errors="coerce")
     sent = frame["intended_s"]
     rec_at = kill_s + recovery_s if recovery_s is not None else float("inf")

@@ -1,16 +1,15 @@
-"""nginx (Debian's, installed by scripts/setup_nginx.sh) as the load balancer in front of engine replicas,
-for the node-failure scenario: its config generated into a temp dir, listening on 127.0.0.1 only, run in the
-foreground in its own process group, stopped with its group.
+"""nginx (Debian's, installed by scripts/setup_nginx.sh) as the load balancer in front of engine replicas, for the
+node-failure scenario: its config generated into a temp dir, listening on 127.0.0.1 only, run in the foreground
+in its own process group, stopped with its group.
 
-The config (`nginx_config`, pure): one `upstream` of the replicas (round robin; `max_fails=1
-fail_timeout=<s>`: one failed connection takes a replica out of rotation for that long), `proxy_buffering
-off` (SSE streams pass through token by token), HTTP/1.1 to the upstreams, `proxy_next_upstream error
-timeout non_idempotent` with `proxy_next_upstream_tries 2` (a request whose replica refuses the connection
-or dies before answering is passed to the next replica; nginx never retries once the response has started
-— a stream cut mid-way reaches the client as a broken stream), `/metrics` answered 404 (per-replica
-Prometheus counters through a round-robin balancer would mix replicas). The access log records, per
-request, its `X-Request-Id`, the upstream(s) tried and their statuses (`access_log_frame` reads it back),
-so the scenario can tell which replica served each request and which were failed over.
+The config (`nginx_config`, pure): one `upstream` of the replicas (round robin; `max_fails=1 fail_timeout=<s>`:
+one failed connection takes a replica out of rotation for that long), `proxy_buffering off` (SSE streams pass
+through token by token), HTTP/1.1 to the upstreams, `proxy_next_upstream error timeout non_idempotent` with
+`proxy_next_upstream_tries 2` (a request whose replica refuses the connection or dies before answering goes to
+the next replica; nginx never retries once the response has started — a stream cut mid-way reaches the client
+as a broken stream), `/metrics` answered 404 (per-replica counters through a round robin would mix replicas).
+The access log records each request's `X-Request-Id`, the upstream(s) tried and their statuses
+(`access_log_frame` reads it back), so the scenario can tell which replica served each request.
 
 Deliberately not here: the replicas, the kill, and what the run means (`node_failure.py`).
 """

@@ -1,23 +1,14 @@
 """The node-failure scenario (SPEC V2): `replicas` engine replicas behind nginx, one killed mid-run.
 
-1. Replicas: for a vLLM system, `replicas` copies of `vllm serve` (the same flags as the vllm engine,
-   `serve_args`; no span tracing) on free ports of 127.0.0.1, each in its own process group, started
-   together and waited on until `/health` answers. (Tests pass their own `ReplicaPlan`.)
-2. nginx in front (`loadbalancer.NginxBalancer`: round robin, failover to the next replica on connection
-   errors, SSE unbuffered), on 127.0.0.1.
-3. The workload is replayed open-loop through nginx with the `openai` engine (the optional client retry
-   policy applies to rejections only). `kill_at_s` after the first measured send, replica `kill_replica`'s
-   whole process group gets SIGKILL (no graceful shutdown: a node lost).
-4. The records: every request sent must end as exactly one record, in memory and in the JSONL on disk
-   (records == sent, or the scenario fails). From them and the kill time (`failover.py`): failed requests
-   (before / in flight / after), baseline failure rate, recovery time, first success after the kill, TTFT
-   p99 before / during / after; from nginx's access log: which replica served each request and which were
-   failed over.
-It passes when no record is lost, the kill happened, the failure rate returned to baseline within
-`max_recovery_s`, and the requests sent after recovery meet the SLOs.
+`run_node_failure` starts the replicas (for vLLM, `replicas` copies of `vllm serve` with the engine's own flags),
+puts nginx in front (`loadbalancer.NginxBalancer`), replays the workload open-loop through it with the `openai`
+engine, and `kill_at_s` after the first measured send SIGKILLs one replica's process group (no graceful
+shutdown: a node lost). It passes when no record is lost (records == sent, in memory and on disk), the kill
+happened, the failure rate returned to baseline within `max_recovery_s`, and the requests sent after recovery
+meet the SLOs.
 
-Deliberately not here: the nginx config (`loadbalancer.py`), the failure arithmetic (`failover.py`),
-restarting the killed replica (nothing restarts it — as with a lost node until it is replaced).
+Deliberately not here: the nginx config (`loadbalancer.py`), the failure arithmetic (`failover.py`), restarting
+the killed replica (nothing restarts it — as with a lost node until it is replaced).
 """
 
 from __future__ import annotations
@@ -219,6 +210,17 @@ def _failed(sc: ScenarioConfig, why: str) -> ScenarioResult:
 def run_node_failure(
     system: AnySystem, load: ScenarioLoad, slo: SLOConfig, *, plan: ReplicaPlan | None = None
 ) -> ScenarioResult:
+    """Run and judge one node-failure scenario.
+
+    1. Replicas (`plan`, default `vllm_plan`: no span tracing) on free ports of 127.0.0.1, each in its own
+       process group, started together and waited on until `/health` answers (tests pass their own plan).
+    2. nginx in front on 127.0.0.1: round robin, failover to the next replica on connection errors, SSE
+       unbuffered.
+    3. The open-loop replay through nginx (the optional client retry policy applies to rejections only); the
+       `KillSwitch` kills replica `kill_replica` `kill_at_s` after the first measured send.
+    4. From the records and the kill time (`failover.py`): failed requests (before / in flight / after), the
+       baseline failure rate, recovery time, first success after the kill, TTFT p99 before / during / after;
+       from nginx's access log: which replica served each request and which were failed over."""
     sc = load.scenario
     if nginx_binary() is None:
         return _failed(

@@ -1,16 +1,14 @@
 """The overload scenario (SPEC V2): arrivals above capacity, once with admission control and once without.
 
 1. The judged run: the system with its queue bounded (`admission_limit`, else the system's own bound:
-   `batching.max_queue` for hf/fake, `max_num_queued_reqs` for vLLM). Excess arrivals are rejected
-   (HTTP 503/429 or the engine's `RequestRejected`) and recorded as `rejected`; with the scenario's
-   `retry` policy the client retries them as a real caller would (`inferopt.transport.retry`). It passes
-   when the requests it admitted meet the SLOs (TTFT p99, TPOT p95, E2E p99, timeouts and errors —
-   rejections are the point, not a failure), the fairness check holds, and — when the comparison ran —
-   it served at least `MIN_GOODPUT_RATIO` of what the unbounded queue served (shedding everything is
-   not admission control working).
-2. The comparison run (`compare_unbounded`, not judged): the same requests with no queue bound. Its
-   TTFT per quarter of the run (by intended send time) against the requests in flight at arrival shows
-   the queue growing and p99 with it; the reasons say by how much.
+   `batching.max_queue` for hf/fake, `max_num_queued_reqs` for vLLM). Excess arrivals are rejected (HTTP
+   503/429 or the engine's `RequestRejected`) and recorded as `rejected`, optionally retried by the scenario's
+   `retry` policy (`inferopt.transport.retry`). It passes when the requests it admitted meet the SLOs
+   (rejections are the point, not a failure), the fairness check holds, and — when the comparison ran — it
+   served at least `MIN_GOODPUT_RATIO` of what the unbounded queue served (shedding everything is not
+   admission control working).
+2. The comparison run (`compare_unbounded`, not judged): the same requests with no queue bound. Its TTFT per
+   quarter of the run against the requests in flight at arrival shows the queue growing and p99 with it.
 An `openai` system (a server we do not launch) runs as it is: its bound cannot be changed from here.
 
 Deliberately not here: the SLO and fairness checks themselves (`judge.py`), load generation (`measure`).

@@ -1,16 +1,13 @@
-"""Step 5, validate under real concurrency (V1–V3): run the chosen system through named scenarios and
-judge each against the SLOs, with reasons.
+"""Step 5, validate under real concurrency (V1–V3): run the chosen system through named scenarios and judge each
+against the SLOs, with reasons.
 
-Scenarios derive from the candidate's workload so the length mix, prefixes and tenants stay the
-production-like ones: `steady` keeps the arrival process (rate scaled), `burst` replaces it with gamma
-arrivals of the given burstiness (CV² of the gaps) at the same mean rate. A replayed trace is scaled
-through its `time_scale` (rate × k = gaps ÷ k); its `burst` scenario keeps the trace's rows (lengths,
-tenants, prefixes) and re-times them with seeded gamma arrivals at the trace's mean rate × `rate_scale`.
-
-`overload` and `node_failure` keep the workload's arrival process at the scaled rate, like `steady`, and
-run in their own modules (`overload.py`: admission control vs an unbounded queue; `node_failure.py`:
-replicas behind nginx, one killed mid-run). Every scenario's judged run also gets the fairness and
-starvation check (`judge.judge_fairness`, SPEC V5), and may use the opt-in client retry policy (`retry`).
+Scenarios derive from the candidate's workload so the length mix, prefixes and tenants stay the production-like
+ones: `steady` keeps the arrival process (rate scaled), `burst` replaces it with gamma arrivals of the given
+burstiness (CV² of the gaps) at the same mean rate. A replayed trace is scaled through its `time_scale` (rate ×
+k = gaps ÷ k); its `burst` keeps the trace's rows and re-times them with seeded gamma arrivals at the trace's
+mean rate × `rate_scale`. `overload` and `node_failure` keep the arrival process at the scaled rate and run in
+their own modules (`overload.py`, `node_failure.py`). Every judged run also gets the fairness and starvation
+check (`judge.judge_fairness`, SPEC V5), and may use the opt-in client retry policy (`retry`).
 
 Deliberately not here: the SLO/fairness checks (`judge.py`, `fairness.py`) and the overload and node-failure
 mechanics.

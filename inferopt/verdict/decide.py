@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 
 class LintFinding(Protocol):
-    """What `decide` reads of an `inferopt.lint.Finding`."""
+    """What `decide` reads of an `inferopt.verdict.lint.Finding`."""
 
     cheat: str
     severity: str

@@ -1,10 +1,10 @@
 """A workload is a table: one row per request (arrival offset, lengths, prefix group, tenant, priority).
 
 A workload is synthetic (`arrival` + `lengths` + `prefix` + `tenants`) or a replayed trace (`trace`, read
-by `inferopt.workload.trace` into the same columns). The same `WorkloadConfig` always gives the same table (each sampler has its own seeded generator, derived
-from the workload seed), and the table carries a content hash so runs can prove they replayed the same
-load. Prompts are materialised separately (`prompt_token_ids`), deterministically from the table and
-the vocabulary, so one workload serves any tokenizer.
+by `inferopt.workload.trace` into the same columns). The same `WorkloadConfig` always gives the same table (each sampler
+has its own seeded generator, derived from the workload seed), and the table carries a content hash so runs can prove
+they replayed the same load. Prompts are materialised separately (`prompt_token_ids`), deterministically from the table
+and the vocabulary, so one workload serves any tokenizer.
 
 Deliberately not here: sending anything (the load runner does that).
 """

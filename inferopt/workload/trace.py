@@ -1,29 +1,13 @@
 """Trace replay (V1): a recorded request log (JSONL or CSV) -> the same workload table `build.py` makes.
 
-One request per row (JSONL: one JSON object per line; CSV: a header line, then rows; empty cells are
-missing values). Columns:
+One request per row (JSONL: one JSON object per line; CSV: a header line, then rows; empty cells are missing
+values): `timestamp` (seconds), `input_len` or `prompt` (text, used only for its length), `output_len`, and
+optional `tenant`, `priority`, `prefix_group`, `prefix_len`; `load_trace` says what each column means. Every
+row is checked before anything else runs; the first bad one raises `TraceError` naming the file, the row (line
+number) and the field, with the fix.
 
-- `timestamp` (required, seconds): absolute epoch or relative; the rows are ordered by it (stable) and
-  shifted so the first is 0, then gaps are multiplied by `trace.time_scale`.
-- `input_len` (tokens) — or `prompt` (text), used only for its length: the token count from the
-  `count_tokens` callable when one is given (e.g. the served model's tokenizer), otherwise
-  `ceil(UTF-8 bytes / 4)`, the usual ~4 bytes per token of BPE tokenizers on English text. The text itself
-  is not sent: like every workload, prompts are synthetic token ids of that length (`prompt_token_ids`).
-  When both are present `input_len` wins.
-- `output_len` (required, tokens): the generation budget (`max_tokens`); the model may stop earlier.
-- optional `tenant` (default `default`), `priority` (int, default 0, lower runs first), `prefix_group`
-  (int, -1 = none) and `prefix_len` (tokens shared in the group; default the workload's
-  `prefix.prefix_len`, clipped to leave one unique token). Other columns are ignored.
-
-Which rows: the first `trace.limit` rows of the file (file order), then at most `num_requests` of them
-when it is given explicitly (the `build_workload` argument, or `num_requests` set in the config).
-Request ids are `<workload name>-<index>` as for synthetic loads (the server-side join keys on them).
-
-Every row is checked before anything else runs; the first bad one raises `TraceError` naming the file,
-the row (line number) and the field, with the fix.
-
-Deliberately not here: synthesising arrivals or lengths (`arrivals.py`, `lengths.py`) and reading the
-traces of a particular gateway's log format (convert them to these columns first).
+Deliberately not here: synthesising arrivals or lengths (`arrivals.py`, `lengths.py`) and reading the traces of
+a particular gateway's log format (convert them to these columns first).
 """
 
 from __future__ import annotations
@@ -136,7 +120,22 @@ def load_trace(
     num_requests: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
 ) -> pd.DataFrame:
-    """The workload table (columns of `WORKLOAD_COLUMNS`) for a trace; see the module docstring."""
+    """The workload table (columns of `WORKLOAD_COLUMNS`) for a trace.
+
+    - `timestamp` (required, seconds): absolute epoch or relative; rows are ordered by it (stable) and shifted
+      so the first is 0, then gaps are multiplied by `trace.time_scale`.
+    - `input_len` (tokens) — or `prompt` (text), used only for its length: `count_tokens(prompt)` when given
+      (e.g. the served model's tokenizer), else `ceil(UTF-8 bytes / 4)`, the usual ~4 bytes per token of BPE
+      tokenizers on English text. The text is not sent: like every workload, prompts are synthetic token ids
+      of that length (`prompt_token_ids`). When both are present `input_len` wins.
+    - `output_len` (required, tokens): the generation budget (`max_tokens`); the model may stop earlier.
+    - optional `tenant` (default `default`), `priority` (int, default 0, lower runs first), `prefix_group`
+      (int, -1 = none) and `prefix_len` (tokens shared in the group; default the workload's
+      `prefix.prefix_len`, clipped to leave one unique token). Other columns are ignored.
+
+    Rows: the first `trace.limit` of the file (file order), then at most `num_requests` of them when given
+    explicitly (this argument, or `num_requests` set in the config). Request ids are `<workload name>-<index>`
+    as for synthetic loads (the server-side join keys on them)."""
     path = Path(cfg.path).expanduser()
     if not path.is_file():
         raise TraceError(

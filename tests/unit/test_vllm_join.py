@@ -439,7 +439,8 @@ def test_terminate_group_kills_children_and_is_idempotent() -> None:
     # a leader that ignores SIGTERM and a child in its group: SIGKILL after the grace period gets both
     code = (
         "import signal,subprocess,time,sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "p=subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); print(p.pid, flush=True); time.sleep(60)"
+        "p=subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); print(p.pid, flush=True); "
+        "time.sleep(60)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
     assert proc.stdout is not None

@@ -1,21 +1,13 @@
-"""Device-side timing of the hf engine's prefill and decode steps with CUDA events (issue 4 item 4, GPU side).
+"""Device-side timing of the hf engine's prefill and decode steps with CUDA events (the GPU side of step 1).
 
     timer = PhaseEventTimer.for_device("cuda:0")     # or "cpu": a no-op that says why
     with timer.phase("prefill"): tokens = batch.prefill()
     with timer.phase("decode"):  tokens = batch.step()
     timer.summary()  # {"available": True, "prefill_ms_total": ..., "decode_ms_mean": ..., ...}
 
-On CUDA each `phase()` records a start and an end `torch.cuda.Event(enable_timing=True)` on the current
-stream; the pairs are resolved (`elapsed_time`, after the end event completed) in `flush()`, which the
-engine's loop calls once per batch (the step's `.tolist()` has synchronized by then, so resolving does not
-stall the GPU) and `summary()` calls before reporting. What is measured is GPU time between the events —
-kernels and gaps inside the phase — next to the host clock the engine already records per token; their
-difference is host overhead and launch latency.
-
-On any other device `phase()` does nothing and `summary()` is {"available": False, "reason":
-"not available: <why>"}.
-
-`event_stats` is the pure reduction (count, total, mean, max per phase) used by `summary()`.
+What is measured is GPU time between the events — kernels and gaps inside the phase — next to the host clock
+the engine already records per token; their difference is host overhead and launch latency. `event_stats` is
+the pure reduction (count, total, mean, max per phase) `summary()` uses.
 
 What this module deliberately does not do: synchronize on its own in the hot path, profile kernels (the op
 profile in `inferopt.locate.profile` does), or time anything on CPU (the engine's clock does).
@@ -44,7 +36,13 @@ def event_stats(durations_ms: Mapping[str, Sequence[float]]) -> dict[str, float]
 
 
 class PhaseEventTimer:
-    """CUDA-event timing per named phase; a no-op with a reason where CUDA is not in use (module doc)."""
+    """CUDA-event timing per named phase; a no-op with a reason where CUDA is not in use.
+
+    On CUDA each `phase()` records a start and an end `torch.cuda.Event(enable_timing=True)` on the current
+    stream; the pairs are resolved (`elapsed_time`, after the end event completed) in `flush()`, which the
+    engine's loop calls once per batch (the step's `.tolist()` has synchronized by then, so resolving does not
+    stall the GPU) and `summary()` calls before reporting. On any other device `phase()` does nothing and
+    `summary()` is {"available": False, "reason": "not available: <why>"}."""
 
     def __init__(self, enabled: bool, reason: str | None = None) -> None:
         self.enabled = enabled

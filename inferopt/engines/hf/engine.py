@@ -1,4 +1,4 @@
-"""HFEngine: our in-process serving engine — a queue, static batching, and the greedy loop of `hf_loop`.
+"""HFEngine: our in-process serving engine — a queue, static batching, and the greedy loop of `loop.py`.
 
 One worker thread owns the model. `stream()` (on the asyncio loop) applies admission control
 (`admit_on_arrival`) and puts the request in a thread-safe waiting list; the worker asks `static_batch`
@@ -7,7 +7,7 @@ events for the whole batch back with one wake-up of the event loop (`_Mailbox`: 
 else `loop.call_soon_threadsafe`) onto one asyncio.Queue per request. Every request gets raw `now_s()`
 timestamps in a `ServerTimings`; metrics are derived elsewhere.
 
-Deliberately not here: the forward-loop math (`hf_loop`), sampling, continuous batching, prefix caching,
+Deliberately not here: the forward-loop math (`loop.py`), sampling, continuous batching, prefix caching,
 client-side timing, and HTTP.
 """
 

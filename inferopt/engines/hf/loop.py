@@ -1,19 +1,11 @@
 """The greedy forward loop we own over transformers 5.x: left-padded prefill, then one token per step.
 
-One module holds the math so that the bare loop (`greedy_generate`, what benchmarks compare against)
-and the serving engine (`inferopt.engines.hf.engine.HFEngine`) run exactly the same forward calls:
-
-- prefill: one forward over the whole left-padded batch with `DynamicCache`, `logits_to_keep=1` and
-  explicit `position_ids` (cumsum of the mask − 1, pads at 0 — what `generate` computes);
-- decode: one forward per step for every row, the attention mask covering past + new tokens, positions
-  advancing by one; a finished row is fed the pad token (as `generate` does) and its output ignored;
-- greedy: argmax of the last logits. Like `generate`, the mask is dropped when the batch has no padding.
-
-Every step ends with `.tolist()` (a host copy, which also synchronizes a CUDA stream): a streaming server
-must look at each token, so the bare loop pays that too.
-
-The KV cache is one of `make_cache`'s kinds (dynamic, static, quantized); `GreedyBatch.cache` and
-`context_len` let the engine measure the bytes it holds (`inferopt.model.memory.cache_bytes`).
+One module holds the math so that the bare loop (`greedy_generate`, what benchmarks compare against) and the
+serving engine (`inferopt.engines.hf.engine.HFEngine`) run exactly the same forward calls (`GreedyBatch` lists
+them). Every step ends with `.tolist()` (a host copy, which also synchronizes a CUDA stream): a streaming server
+must look at each token, so the bare loop pays that too. The KV cache is one of `make_cache`'s kinds (dynamic,
+static, quantized); `GreedyBatch.cache` and `context_len` let the engine measure the bytes it holds
+(`inferopt.model.memory.cache_bytes`).
 
 Deliberately not here: queues, threads, timestamps (the engine adds them), sampling, continuous batching.
 """
@@ -82,6 +74,12 @@ class GreedyBatch:
 
     Both return the new token of every row as a Python list (row order = input order). `finish_row(i)`
     makes row i be fed the pad token from the next step on (its outputs are then meaningless).
+
+    - prefill: one forward over the whole left-padded batch with the cache, `logits_to_keep=1` and explicit
+      `position_ids` (cumsum of the mask − 1, pads at 0 — what `generate` computes);
+    - decode: one forward per step for every row, the attention mask covering past + new tokens, positions
+      advancing by one; a finished row is fed the pad token (as `generate` does) and its output ignored;
+    - greedy: argmax of the last logits. Like `generate`, the mask is dropped when the batch has no padding.
     """
 
     def __init__(

@@ -1,28 +1,17 @@
 """Greedy speculative decoding at batch 1, our own draft-then-verify loop (SPEC K5), used by the hf engine when
 `HFSystem.speculative` is set, and `speculative_generate`, the bare loop for tests and benchmarks.
 
-One round: the draft proposes k tokens greedily (k forwards of one token; the first forward of a round also feeds
-whatever the draft's cache has not seen yet), the target runs ONE forward over [last token, d1..dk] and keeps
-the longest prefix where its own argmax equals the proposal, plus its own next token (a correction or, when all
-k were accepted, a bonus). Both KV caches are cropped back to the kept tokens. Greedy outputs are therefore the
-target's own greedy outputs, token for token (up to floating-point differences between a k+1-token forward
-and single-token forwards, which the tests check do not flip a token on the builtin models).
+`SpeculativeDecoder` says what one round does; greedy outputs are the target's own, token for token. Why our
+loop and not `model.generate(assistant_model=draft)`: transformers 5.24's assisted generation has no
+acceptance counter, adapts k by default, and runs the draft's prefill and a whole round before the first
+token, which would charge draft work to TTFT. This loop emits the first token from the target's prefill,
+stamps each round's tokens when its verify forward returns (they really come in bursts), and times draft and
+verify forwards apart (the cost ratio c of Leviathan et al.'s prediction). Drafts: `layers:N`, the target's
+first N decoder layers sharing its weights (`truncated_draft`), or a model with the same vocabulary.
 
-Why our loop and not `model.generate(assistant_model=draft)`: transformers 5.24's assisted generation has no
-acceptance counter (FINDINGS: it must be monkey-patched in `AssistedCandidateGenerator`), adapts k by default,
-and runs the draft's prefill and a whole round before the first token, which would charge draft work to TTFT
-and hide when prefill ended. This loop emits the first token from the target's prefill (TTFT as without
-speculation), stamps every round's tokens when the verify forward returns (the true release time: they
-come in bursts), and times draft and verify forwards separately, which gives the draft/target cost ratio c
-that the Leviathan et al. prediction needs. It runs the same forward calls as `hf_loop` (`cache=`,
-`position_ids`, `logits_to_keep`).
-
-Drafts: `layers:N` is the target's first N decoder layers sharing its weights (`truncated_draft`), else a
-model loaded like the target (same dtype, attention and device) with the same vocabulary.
-
-Deliberately not here: queues, threads and request timestamps (`hf.py`), the acceptance math
-(`inferopt.ablate.speculative_math`), sampling (greedy only), batches > 1, quantized KV caches (they cannot be
-cropped back after a rejection).
+Deliberately not here: queues, threads and request timestamps (`inferopt.engines.hf.engine`), the acceptance
+math (`inferopt.ablate.speculative_math`), sampling (greedy only), batches > 1, quantized KV caches (they cannot
+be cropped back after a rejection).
 """
 
 from __future__ import annotations
@@ -110,7 +99,15 @@ class SpeculativeDecoder:
     """Incremental greedy speculative decoding of one prompt: `prefill()` once, then `round()` until done.
 
     `prefill()` returns the target's first token; `round()` returns the 1..k+1 tokens the round releases.
-    Callers stop on EOS / length themselves (a round may overshoot; extra tokens are theirs to drop)."""
+    Callers stop on EOS / length themselves (a round may overshoot; extra tokens are theirs to drop).
+
+    One round: the draft proposes k tokens greedily (k one-token forwards; the round's first forward also feeds
+    whatever the draft's cache has not seen yet), the target runs ONE forward over [last token, d1..dk] and
+    keeps the longest prefix where its own argmax equals the proposal, plus its own next token (a correction,
+    or a bonus when all k were accepted). Both KV caches are cropped back to the kept tokens, so outputs are
+    the target's greedy outputs (up to floating-point differences between a k+1-token forward and one-token
+    forwards, which the tests check do not flip a token on the builtin models). The same forward calls as
+    `inferopt.engines.hf.loop` (`cache=`, `position_ids`, `logits_to_keep`)."""
 
     def __init__(
         self, target: Any, draft: Any, prompt_ids: list[int], num_draft_tokens: int, device: str | torch.device = "cpu"
@@ -275,7 +272,7 @@ def serve_speculative(engine: Any, slot: Any) -> None:
     """`HFEngine._run_batch` when `speculative` is on (its batches then hold one request): draft-then-verify
     rounds for `slot`'s request, each round's tokens sent as one chunk stamped when its verify forward returned,
     the per-round draft counts on the request's timings, the totals on `engine.spec_counters`. A part of the
-    engine kept here so that hf.py stays about batches; it uses the engine's own finish and post hooks."""
+    engine kept here so that engine.py stays about batches; it uses the engine's own finish and post hooks."""
     req, tm = slot.request, slot.timings
     t = now_s()
     tm.context_ready_s = tm.prefill_start_s = t

@@ -1,21 +1,10 @@
-"""The `vllm` engine: launches `vllm serve` (its OpenAI server) for one arm, streams through `OpenAIEngine`,
-and joins vLLM's per-request OpenTelemetry spans back onto the records.
+"""The `vllm` engine: launches `vllm serve` (its OpenAI server) for one arm, streams through `OpenAIEngine`, and
+joins vLLM's per-request OpenTelemetry spans back onto the records.
 
-Life of one engine:
-- `start()`: resolve the model directory (`builtin:` models are built first), start an `OTLPReceiver`
-  (when `system.tracing`), pick a free port on 127.0.0.1, launch
-  `<system.python> inferopt/engines/vllm/launch.py <serve_args(...)>` in its own process group
-  (`start_new_session=True`), output to a log file, wait for `/health` (fail fast with the log's tail if
-  the process exits, or after `startup_timeout_s`), reset the prefix cache (`POST /reset_prefix_cache`,
-  a dev-mode route: the server runs with `VLLM_SERVER_DEV_MODE=1`), then start an `OpenAIEngine` on it.
-- `stream()`: the `OpenAIEngine`'s (header `X-Request-Id: <request_id>`; vLLM names the request
-  `cmpl-<X-Request-Id>-0` in its span — see `inferopt.engines.vllm.spans.vllm_request_id`).
-- `server_timings(request_ids)`: waits (bounded) for the spans of those requests and maps each to
-  `ServerTimings` (`inferopt.engines.vllm.spans.timings_from_vllm_span`).
-- `server_metrics()`: `/metrics` reduced to a flat dict of the series the analysis reads (`vllm_metrics`).
-- `stop()`: SIGTERM to the whole process group, SIGKILL after `STOP_GRACE_S`; safe to call twice.
-
-The pure pieces — `serve_args`, `server_env`, `vllm_metrics`, `log_tail` — live in `vllm_serve.py`.
+`VLLMEngine` walks through one engine's life: start (build the model, start the span receiver, launch the
+server in its own process group, wait for `/health`, reset the prefix cache), stream, server timings from the
+spans (`inferopt.engines.vllm.spans`), `/metrics`, stop (SIGTERM to the process group, then SIGKILL). The pure
+pieces — `serve_args`, `server_env`, `vllm_metrics`, `log_tail` — live in `serve.py`.
 
 Deliberately not here: building the server's flags and environment or flattening its metrics
 (`inferopt.engines.vllm.serve`), HTTP streaming (`inferopt.engines.openai`), the span receiver
@@ -62,7 +51,20 @@ class VLLMStartError(RuntimeError):
 
 
 class VLLMEngine(EngineBase):
-    """`vllm serve` for one arm (see module docstring)."""
+    """`vllm serve` for one arm.
+
+    - `start()`: resolve the model directory (`builtin:` models are built first), start an `OTLPReceiver` (when
+      `system.tracing`), pick a free port on 127.0.0.1, launch `<system.python> inferopt/engines/vllm/launch.py
+      <serve_args(...)>` in its own process group (`start_new_session=True`), output to a log file, wait for
+      `/health` (fail fast with the log's tail if the process exits, or after `startup_timeout_s`), reset the
+      prefix cache (`POST /reset_prefix_cache`, a dev-mode route: the server runs with
+      `VLLM_SERVER_DEV_MODE=1`), then start an `OpenAIEngine` on it.
+    - `stream()`: the `OpenAIEngine`'s (header `X-Request-Id: <request_id>`; vLLM names the request
+      `cmpl-<X-Request-Id>-0` in its span — `inferopt.engines.vllm.spans.vllm_request_id`).
+    - `server_timings(request_ids)`: waits (bounded) for those requests' spans and maps each to `ServerTimings`
+      (`inferopt.engines.vllm.spans.timings_from_vllm_span`).
+    - `server_metrics()`: `/metrics` reduced to a flat dict of the series the analysis reads (`vllm_metrics`).
+    - `stop()`: SIGTERM to the whole process group, SIGKILL after `STOP_GRACE_S`; safe to call twice."""
 
     def __init__(self, system: VLLMSystem, *, log_dir: str | Path | None = None) -> None:
         self.system = system

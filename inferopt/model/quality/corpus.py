@@ -1,21 +1,17 @@
 """A seeded synthetic multi-task corpus with the slices of SPEC G2, for the project's own quality model.
 
-Four tasks a small model can learn on 2 CPU cores, each in two languages (English words vs Chinese words:
-two scripts, same task), so a change that hurts one slice and not another shows up as a sliced drop:
+Four tasks a small model can learn on 2 CPU cores, each in two languages (English words vs Chinese words: two
+scripts, same task), so a change that hurts one slice and not another shows up as a sliced drop:
 
-  arith  `17+25 ->` -> `42`                      1-2 digit addition            (risk: normal)
-  kv     `a381 q902 m117 ?q` -> `902`             key-value retrieval; `long`   (risk: high - ids exact)
-         puts 24 pairs before the query with the queried key in the first quarter (the answer far back)
+  arith  `17+25 ->` -> `42`                  1-2 digit addition                                 (risk: normal)
+  kv     `a381 q902 m117 ?q` -> `902`        key-value retrieval; `long`: 24 pairs, key in the first quarter (high)
   tool   `refund order 4821 amount 35.20` -> `{"name":"refund","order_id":"4821","amount":35.20}`
-         tool-call JSON arguments; `long` adds unrelated order history first     (risk: high - amounts, ids)
-  mc     `larger: 37 52 ->` choices [`37`, `52`]  multiple choice scored by log-likelihood (calibration)
+         tool-call JSON arguments; `long` adds unrelated order history first                      (risk: high)
+  mc     `larger: 37 52 ->` choices [`37`, `52`]   multiple choice scored by log-likelihood (calibration)
 
-Every example has a stable `id` and a `slice` object {task, lang, context, risk}. Evaluation examples come
-from a fixed seed and are held out of training by construction: an operand pair / key set / order id whose
-`_holdout` hash falls in the evaluation bucket is never generated for training.
-
-Deliberately not here: training (`inferopt.model.quality.train`), lm-eval task files (`inferopt/gate/tasks/`),
-scoring and statistics (`inferopt.gate.sliced`).
+Every example has a stable `id` and a `slice` {task, lang, context, risk}; evaluation examples come from a fixed
+seed, held out of training by construction (an operand pair / key set / order id whose `_holdout` hash falls in
+the evaluation bucket is never generated for training). Not here: training, lm-eval task files, scoring.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Train the project's small quality model on the synthetic corpus (`corpus.py`), deterministically, on CPU.
 
-Why it exists: no hub model can be downloaded here and a random model scores zero on everything, so a gate
-run on it proves nothing (SPEC G1). This trains a ~0.8 M-parameter Llama (byte-level tokenizer, the same
-one the serving model uses) until every short slice clears a threshold on a held-out dev set, or a time
-cap is hit; it then writes an ordinary `save_pretrained` directory plus `training.json` (steps, seconds,
-dev accuracy per slice over time).
-
-Recipe (from trials on this machine, FINDINGS.md): loss on answer tokens only; a copy curriculum first
-(copy + short retrieval until copy is learned), then the full mix; AdamW lr 1.5e-3, betas (0.9, 0.98),
-warm-up, cosine decay to 10 %, grad clip 1.0; `OMP_WAIT_POLICY=PASSIVE`.
-Key-value retrieval was not learned by the mix alone (kv short 0.10 en / 0.27 zh after two stages);
-`--kv-curriculum 0.5` in a third stage (48 min, 1 thread, lr 1e-3, 7878 steps; 2 pairs first, then 3, 4,
-6, ...) reached, on the lm-eval suite: kv short zh 0.93 / en 0.35, long zh 0.15 / en 0.03, every other slice
-within 0.02 (that model was not shipped: en short missed 0.9). In en it solved 2 pairs (1.0) and 3 (0.91) but
-not 4 (0.57): the level gate averages both languages, so zh carried the level up while en lagged.
+Why it exists: no hub model can be downloaded here and a random model scores zero on everything, so a gate run
+on it proves nothing (SPEC G1). This trains a ~0.8 M-parameter Llama (byte-level tokenizer, the same one the
+serving model uses) until every short slice clears a threshold on a held-out dev set, or a time cap is hit,
+and writes an ordinary `save_pretrained` directory plus `training.json` (steps, seconds, dev accuracy per slice
+over time). `train` states the recipe and what each stage reached.
 
 Usage: `python -m inferopt.model.quality.train --out DIR [--max-minutes 30] [--threads 2]`.
 
-Deliberately not here: the corpus (corpus.py) and the gate's scoring (sliced.py).
+Deliberately not here: the corpus (corpus.py) and the gate's scoring (`inferopt.gate.sliced`).
 """
 
 from __future__ import annotations
@@ -187,7 +178,15 @@ def train(
     `init_from` continues from a saved model (a second stage; the copy curriculum is skipped and its
     `training.json` history is kept), `mix` overrides the task weights of `corpus.TRAIN_MIX` for this stage.
     `kv_curriculum` > 0 replaces that share of each batch with curriculum key-value examples (`KV_LEVELS`:
-    2 pairs first, one level up each time the current level's accuracy reaches 0.8)."""
+    2 pairs first, one level up each time the current level's accuracy reaches 0.8).
+
+    Recipe (from trials on this machine): loss on answer tokens only; a copy curriculum first (copy + short
+    retrieval until copy is learned), then the full mix; AdamW lr 1.5e-3, betas (0.9, 0.98), warm-up, cosine
+    decay to 10 %, grad clip 1.0; `OMP_WAIT_POLICY=PASSIVE`. Key-value retrieval was not learned by the mix
+    alone (kv short 0.10 en / 0.27 zh after two stages); `kv_curriculum=0.5` in a third stage (48 min, 1
+    thread, lr 1e-3, 7878 steps) reached on the lm-eval suite kv short zh 0.93 / en 0.35, long zh 0.15 / en
+    0.03, every other slice within 0.02. In en it solved 2 pairs (1.0) and 3 (0.91) but not 4 (0.57): the
+    level gate averages both languages, so zh carried the level up while en lagged."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -1,42 +1,15 @@
-"""The benchmark-cheat lint's shared vocabulary (SPEC V4): the cheats, the severities, `Finding`, the
-`lint.allow` override and the `lint.json` summary. The checks that produce findings live in `prerun.py`
-(the config, before any model loads) and `postrun.py` (a run's artifacts).
+"""The benchmark-cheat lint's shared vocabulary (SPEC V4): the five cheats, the severities, `Finding`, the
+`lint.allow` override and the `lint.json` summary. What each cheat means, what is *not* one, and why a
+microbenchmark may opt in: docs/method.md, V4.
 
-The five cheats (ids used in findings, tags and `lint.allow`):
+Severities: `refuse` — at config level the run does not start (`CheatRefused`, a `ConfigError`); after the
+run the verdict is at best inconclusive. `flag` — the verdict carries a warning. `note` — recorded, decides
+nothing. `lint.allow` turns a `refuse` of an allowable cheat into a `flag` naming the override; `best_only`
+and `dropped_failures` are integrity failures and cannot be allowed.
 
-- `fixed_outputs` — outputs forced short or fixed. Config level: the engine ignores EOS or forces a minimum
-  length (hf `stop_at_eos: false`; vLLM `ignore_eos` / `min_tokens` in `extra_args`), or the workload asks
-  for one single output length (`output_sigma: 0`, `output_min == output_max`, a trace with one length, or
-  bounds that clip every draw to one value). Post run: the engine reports `ignore_eos` / `min_tokens` in its
-  info, or every ok request came back with the same length although the workload asked for several.
-  What is *not* a cheat: capping each request at a length drawn from the production distribution (that is
-  how a length mix is replayed on a model that does not produce it by itself), or a narrow distribution.
-  A single fixed length is what a kernel microbenchmark uses (`vllm bench latency --output-len 128`) and is
-  legitimate for *that* question; it is refused here because this pipeline's verdict claims a serving gain
-  on the production load (V1), and equal lengths hide decode cost and the head-of-line blocking of static
-  batching (B1). A deliberate microbenchmark opts in with `lint.allow: [fixed_outputs]` + `lint.reason`.
-  The fake engine never emits EOS by design (a test double: every output runs to its target length): that is
-  a `note`, not a refusal — its timings never stand for a served model.
-- `warm_cache` — caches warm at the start of the measured window: an engine with a prefix cache that did not
-  reset it after the warm-up requests (they replay the workload's own first prompts; the engine reports
-  `info()["prefix_cache_reset"]`), warm-up records inside the measured records or phase table, or a
-  warm-up count other than the one configured and declared (`MeasuredRun.warmup_declared`).
-- `no_queueing` — a single-request test: a run that sends fewer than two requests (config level), or no
-  request ever had another in flight (`concurrency` <= 1 in every run; post run). A validation without a
-  burst scenario is flagged (V2: queue absorption is never tested).
-- `best_only` — every planned ablation arm (`inferopt.ablate.plan.plan_arms`: baseline, aa, one per change,
-  candidate) must come back with its outcome (failed and skipped arms included) and be logged.
-- `dropped_failures` — failed requests missing from the denominator: records (all outcomes) must equal the
-  requests sent per run; the phase table must keep every record; every reported rate (ok / timeout /
-  rejected / error, `requests`) must divide by all requests sent; the cost table's request count likewise.
-
-Severities: `refuse` — config level: the run does not start (`refuse_cheats` raises `CheatRefused`, a
-`ConfigError`); post run: the verdict is at best inconclusive. `flag` — the verdict carries a warning.
-`note` — recorded, decides nothing. `lint.allow` turns a `refuse` of an allowable cheat into a `flag` that
-names the override (`best_only` and `dropped_failures` are integrity failures and cannot be allowed).
-
-Deliberately not here: the checks themselves (`prerun.py`, `postrun.py`), gathering a run's artifacts
-(`collect.py`), running anything, tracking (tasks/verdict.py logs `lint.json`), or the verdict itself.
+Deliberately not here: the checks (`prerun.py`: the config, before any model loads; `postrun.py`: a run's
+artifacts), gathering artifacts (`collect.py`), running anything, tracking (tasks/verdict.py logs
+`lint.json`), or the verdict itself.
 """
 
 from __future__ import annotations
@@ -47,11 +20,19 @@ from typing import Any
 
 from inferopt.config import ConfigError, LintSettings
 
+# The cheat ids used in findings, tags and `lint.allow`, with the signs each check looks for.
 CHEATS: dict[str, str] = {
+    # engine ignores EOS / forces a minimum length (hf `stop_at_eos: false`, vLLM `ignore_eos` / `min_tokens`),
+    # the workload asks for one output length, or every ok request came back the same length
     "fixed_outputs": "outputs forced short or fixed",
+    # prefix cache not reset after the warm-ups (`info()["prefix_cache_reset"]`), warm-up records measured, or
+    # a warm-up count other than the one declared (`MeasuredRun.warmup_declared`)
     "warm_cache": "caches warm at the start of the measured window",
+    # fewer than two requests, or no request ever had another in flight; no burst scenario is flagged
     "no_queueing": "no queueing (single-request test)",
+    # a planned ablation arm (`inferopt.ablate.plan.plan_arms`) missing from the results or the logs
     "best_only": "only the best configuration reported",
+    # records != requests sent, or a rate or the cost table not dividing by every request sent
     "dropped_failures": "failed requests missing from the denominator",
 }
 ALLOWABLE: tuple[str, ...] = ("fixed_outputs", "warm_cache", "no_queueing")

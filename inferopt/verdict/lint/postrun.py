@@ -105,10 +105,11 @@ def check_outputs(runs: Sequence[RunEvidence]) -> list[Finding]:
                 "fixed_outputs",
                 "refuse",
                 f"every ok request came back with exactly {', '.join(map(str, lens))} output token(s) in "
-                f"{', '.join(identical)} although the workload asked for {max(v['distinct_targets'] for v in identical.values())} "
-                "different lengths: the outputs were forced or truncated to one length (an engine-side max/min tokens, "
-                "an EOS at the first step), so decode cost is not what production sees; fix: find what caps or pads the "
-                "outputs (engine defaults, the client's request body) and remove it",
+                f"{', '.join(identical)} although the workload asked for "
+                f"{max(v['distinct_targets'] for v in identical.values())} different lengths: the outputs were forced "
+                "or truncated to one length (an engine-side max/min tokens, an EOS at the first step), so decode cost "
+                "is not what production sees; fix: find what caps or pads the outputs (engine defaults, the client's "
+                "request body) and remove it",
                 {"check": "identical_measured_lengths", "runs": identical},
             )
         )
@@ -129,7 +130,7 @@ def has_prefix_cache(info: Mapping[str, Any]) -> bool | None:
     if engine == "fake":
         return float(info.get("cached_prefix_fraction") or 0.0) > 0.0
     if engine == "vllm":
-        return True  # vLLM (V1) caches prefixes unless enable_prefix_caching is false
+        return True  # vLLM's v1 engine caches prefixes unless enable_prefix_caching is false
     return None
 
 
@@ -168,9 +169,10 @@ def check_warm_cache(runs: Sequence[RunEvidence], warmup_requests: int) -> list[
             Finding(
                 "warm_cache",
                 "refuse",
-                f"warm-up requests are inside the measured table in {', '.join(f'{k} ({v})' for k, v in counted.items())}: "
-                "warm-ups run on a cold engine and are excluded by design, counting them mixes the warm-up into the "
-                "metrics; fix: keep warm-ups out of the records metrics are computed from (phase_table drops warmup=True)",
+                "warm-up requests are inside the measured table in "
+                f"{', '.join(f'{k} ({v})' for k, v in counted.items())}: warm-ups run on a cold engine and are "
+                "excluded by design, counting them mixes the warm-up into the metrics; fix: keep warm-ups out of the "
+                "records metrics are computed from (phase_table drops warmup=True)",
                 {"check": "warmup_counted", "runs": counted},
             )
         )
@@ -179,9 +181,9 @@ def check_warm_cache(runs: Sequence[RunEvidence], warmup_requests: int) -> list[
             Finding(
                 "warm_cache",
                 "refuse",
-                f"warm-up requests not as configured and declared in {', '.join(undeclared)} "
-                f"({next(iter(undeclared.values()))}): the measured window's starting state is unknown; fix: send exactly "
-                "measure.warmup_requests warm-ups through the runner, which declares them on the run",
+                f"warm-up requests not as configured and declared in {', '.join(undeclared)} ("
+                f"{next(iter(undeclared.values()))}): the measured window's starting state is unknown; fix: send "
+                "exactly measure.warmup_requests warm-ups through the runner, which declares them on the run",
                 {"check": "warmup_undeclared", "runs": undeclared},
             )
         )
@@ -191,12 +193,12 @@ def check_warm_cache(runs: Sequence[RunEvidence], warmup_requests: int) -> list[
             Finding(
                 "warm_cache",
                 "refuse",
-                f"the {first['engine']} engine keeps a prefix cache and did not reset it after {first['warmup']} warm-up "
-                f"request(s) (engine info prefix_cache_reset = {first['prefix_cache_reset']!r}) in {', '.join(warm)}: "
-                "warm-ups replay the workload's own first prompts, so the measured window starts with their prefixes "
-                "cached and cold-start TTFT is hidden; fix: reset the prefix cache before the measured window (the "
-                "engine then reports prefix_cache_reset: true), or measure.warmup_requests: 0, or lint.allow: "
-                "[warm_cache] with a lint.reason",
+                f"the {first['engine']} engine keeps a prefix cache and did not reset it after {first['warmup']} "
+                f"warm-up request(s) (engine info prefix_cache_reset = {first['prefix_cache_reset']!r}) in "
+                f"{', '.join(warm)}: warm-ups replay the workload's own first prompts, so the measured window starts "
+                "with their prefixes cached and cold-start TTFT is hidden; fix: reset the prefix cache before the "
+                "measured window (the engine then reports prefix_cache_reset: true), or measure.warmup_requests: 0, or "
+                "lint.allow: [warm_cache] with a lint.reason",
                 {"check": "prefix_cache_not_reset", "runs": warm},
             )
         )
@@ -249,8 +251,8 @@ def check_queueing(runs: Sequence[RunEvidence]) -> list[Finding]:
             Finding(
                 "no_queueing",
                 "flag",
-                "the ablation never had two requests in flight (max concurrency 1): its effects hold for an idle server "
-                "only, while other runs did queue; fix: ablate at a rate where requests overlap",
+                "the ablation never had two requests in flight (max concurrency 1): its effects hold for an idle "
+                "server only, while other runs did queue; fix: ablate at a rate where requests overlap",
                 {"check": "ablation_concurrency_one", "stages": by_stage},
             )
         ]
@@ -299,9 +301,9 @@ def check_denominators(runs: Sequence[RunEvidence]) -> list[Finding]:
             Finding(
                 "dropped_failures",
                 "refuse",
-                f"requests sent and records disagree in {', '.join(dropped)} (e.g. {k}: {v['sent']} sent, {v['records']} "
-                f"records, outcomes {v['outcomes']}): failed requests are missing, so every rate is computed over the "
-                f"survivors; {fix}",
+                f"requests sent and records disagree in {', '.join(dropped)} (e.g. {k}: {v['sent']} sent, "
+                f"{v['records']} records, outcomes {v['outcomes']}): failed requests are missing, so every rate is "
+                f"computed over the survivors; {fix}",
                 {"check": "records_missing", "runs": dropped},
             )
         )
@@ -328,8 +330,8 @@ def check_denominators(runs: Sequence[RunEvidence]) -> list[Finding]:
             Finding(
                 "dropped_failures",
                 "refuse",
-                f"reported rates do not divide by all requests sent in {', '.join(rates)} (e.g. {example}): a rate over "
-                f"the ok requests only hides failures; {fix}",
+                f"reported rates do not divide by all requests sent in {', '.join(rates)} (e.g. {example}): a rate "
+                f"over the ok requests only hides failures; {fix}",
                 {"check": "rate_denominator", "runs": rates},
             )
         )
@@ -357,9 +359,9 @@ def check_cost(cost: pd.DataFrame | None, sent_by_arm: Mapping[str, int]) -> lis
         Finding(
             "dropped_failures",
             "refuse",
-            f"the cost table does not count every request sent for {', '.join(map(str, bad))} ({next(iter(bad.values()))}): "
-            "cost per successful task must spread the whole device time over all requests sent; fix: pool every "
-            "trial's full phase table",
+            f"the cost table does not count every request sent for {', '.join(map(str, bad))} ("
+            f"{next(iter(bad.values()))}): cost per successful task must spread the whole device time over all "
+            "requests sent; fix: pool every trial's full phase table",
             {"check": "cost_denominator", "arms": bad},
         )
     ]

@@ -136,12 +136,12 @@ def check_config(candidate: CandidateConfig, tables: Mapping[str, pd.DataFrame] 
                 "fixed_outputs",
                 "refuse",
                 f"every request asks for exactly {', '.join(map(str, values))} output token(s)"
-                f"{' (fixed and short)' if short else ' (fixed)'} in {', '.join(fixed)} ({_lengths_text(candidate)}): one "
-                "output length hides decode cost and length variance — a static batch runs until its longest member "
-                "ends (B1), so equal lengths make batching look free — and is not the production length "
-                "distribution the verdict is about (V1); fix: output_sigma > 0 and output_min < output_max (or a "
-                "trace with real lengths), or, for a deliberate fixed-length microbenchmark, lint.allow: "
-                "[fixed_outputs] with a lint.reason",
+                f"{' (fixed and short)' if short else ' (fixed)'} in {', '.join(fixed)} ({_lengths_text(candidate)}): "
+                "one output length hides decode cost and length variance — a static batch runs until its longest "
+                "member ends (B1), so equal lengths make batching look free — and is not the production length "
+                "distribution the verdict is about (V1); fix: output_sigma > 0 and output_min < output_max (or a trace "
+                "with real lengths), or, for a deliberate fixed-length microbenchmark, lint.allow: [fixed_outputs] "
+                "with a lint.reason",
                 {"check": "fixed_workload_lengths", "tables": fixed, "short": short},
             )
         )
@@ -152,10 +152,10 @@ def check_config(candidate: CandidateConfig, tables: Mapping[str, pd.DataFrame] 
             Finding(
                 "no_queueing",
                 "refuse",
-                f"{', '.join(f'{k} sends {v} request' for k, v in single.items())}: a single-request test never queues, "
-                "so its latency says nothing about production under load (V4); fix: send a workload of many requests "
-                "(workload.num_requests / ablation.num_requests / validation.scenarios[].num_requests >= 2, in practice "
-                "dozens), or lint.allow: [no_queueing] with a lint.reason",
+                f"{', '.join(f'{k} sends {v} request' for k, v in single.items())}: a single-request test never "
+                "queues, so its latency says nothing about production under load (V4); fix: send a workload of many "
+                "requests (workload.num_requests / ablation.num_requests / validation.scenarios[].num_requests >= 2, "
+                "in practice dozens), or lint.allow: [no_queueing] with a lint.reason",
                 {"check": "single_request", "requests": single},
             )
         )
