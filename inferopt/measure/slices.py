@@ -54,7 +54,12 @@ def _bucket(values: pd.Series, edges: tuple[float, ...], names: tuple[str, ...] 
     return pd.cut(values.astype(float), bins=bins, labels=labels).astype(str)
 
 
-def add_slices(phases: pd.DataFrame, edges: SliceEdges) -> pd.DataFrame:
+NO_CACHE = "not applicable"  # the cache-hit slice of an engine without a prefix cache: not a miss
+
+
+def add_slices(phases: pd.DataFrame, edges: SliceEdges, prefix_cache: bool | None = True) -> pd.DataFrame:
+    """The four slice columns; `prefix_cache` False (the engine declares none) makes every request's cache-hit
+    slice "not applicable" rather than "miss"."""
     out = phases.copy()
     size_names = ("short", "medium", "long")
     out["input_bucket"] = _bucket(out["input_len"], edges.input_len, size_names if len(edges.input_len) == 2 else None)
@@ -62,7 +67,7 @@ def add_slices(phases: pd.DataFrame, edges: SliceEdges) -> pd.DataFrame:
         out["target_output_len"], edges.output_len, size_names if len(edges.output_len) == 2 else None
     )
     out["concurrency_bucket"] = _bucket(out["concurrency"], edges.concurrency)
-    out["cache_hit"] = out["cache_hit"].map({True: "hit", False: "miss"})
+    out["cache_hit"] = out["cache_hit"].map({True: "hit", False: "miss"}) if prefix_cache is not False else NO_CACHE
     return out
 
 

@@ -49,7 +49,7 @@ def measure(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "") 
     resources = usage_delta(before, process_usage())
     if run.failed:
         raise RuntimeError(f"measure: the baseline could not be measured: {run.error}")
-    phases = add_slices(run.phases, edges)
+    phases = add_slices(run.phases, edges, candidate.baseline.capabilities.prefix_cache)
     slo = RequestSLO.of(candidate.workload, candidate.slo)
     return MeasureResult(
         run=run,

@@ -114,3 +114,18 @@ def test_cache_hits_from_the_engine_counters_beside_our_records() -> None:
         1 / 3
     )
     assert "engine_cache_hit_rate" not in cache_hits(phases, {})  # an engine without the counters: ours only
+
+
+def test_an_engine_without_a_prefix_cache_has_no_misses_only_not_applicable() -> None:
+    import pandas as pd
+
+    from inferopt.config import HFSystem, ModelSpec
+    from inferopt.measure.slices import NO_CACHE, SliceEdges, add_slices
+
+    phases = pd.DataFrame(
+        {"input_len": [10, 20], "target_output_len": [5, 5], "concurrency": [1, 2], "cache_hit": [False, False]}
+    )
+    edges = SliceEdges(input_len=(12.0, 15.0), output_len=(4.0, 6.0))
+    assert HFSystem(model=ModelSpec(path="builtin:tiny-llama")).capabilities.prefix_cache is False
+    assert set(add_slices(phases, edges, prefix_cache=False)["cache_hit"]) == {NO_CACHE}
+    assert set(add_slices(phases, edges, prefix_cache=True)["cache_hit"]) == {"miss"}
