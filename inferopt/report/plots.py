@@ -97,3 +97,41 @@ def forest(effects: pd.DataFrame) -> plt.Figure:
     ax.set_xlabel("arm / baseline (95% bootstrap CI)")
     ax.set_title("Ablation effects")
     return fig
+
+
+def capacity_curve(
+    probes: pd.DataFrame,
+    slo_ms: dict[str, float] | None = None,
+    bracket: tuple[float | None, float | None] = (None, None),
+) -> plt.Figure:
+    """The capacity search's rate/latency curve: left, achieved throughput and goodput against the offered
+    rate (the diagonal = keeping up); right, the SLO'd latency percentiles with their bounds (dashed). Passing
+    probes are filled, failing ones hollow; the bracket [highest pass, lowest failure] is shaded."""
+    fig, (ax_tp, ax_lat) = plt.subplots(1, 2, figsize=(10, 3.8))
+    df = probes.sort_values("offered_req_per_s")
+    x = df["offered_req_per_s"].to_numpy(float)
+    passed = df["passed"].to_numpy(bool)
+    if len(x):
+        ax_tp.plot([0, x.max()], [0, x.max()], color="grey", lw=0.6, ls=":", label="offered")
+    series = [(ax_tp, "achieved_req_per_s", "throughput"), (ax_tp, "goodput_req_per_s", "goodput")] + [
+        (ax_lat, col, col.removesuffix("_ms_p99").removesuffix("_ms_p95")) for col in (slo_ms or {}) if col in df
+    ]
+    for ax, col, label in series:
+        y = df[col].to_numpy(float)
+        (line,) = ax.plot(x, y, lw=1, label=label)
+        ax.scatter(x[passed], y[passed], color=line.get_color(), s=22, zorder=3)
+        ax.scatter(x[~passed], y[~passed], facecolors="none", edgecolors=line.get_color(), s=22, zorder=3)
+        if ax is ax_lat:
+            ax.axhline(slo_ms[col], color=line.get_color(), lw=0.8, ls="--")
+    for ax in (ax_tp, ax_lat):
+        lo, hi = bracket
+        if lo is not None and hi is not None:
+            ax.axvspan(lo, hi, color="tab:green", alpha=0.12, label="capacity bracket")
+        ax.set_xlabel("offered rate (req/s)")
+        ax.legend(fontsize=7)
+    ax_tp.set_ylabel("req/s")
+    ax_tp.set_title("Throughput and goodput vs offered rate")
+    ax_lat.set_ylabel("ms")
+    ax_lat.set_title("Latency vs offered rate (dashed: SLO)")
+    ax_lat.set_yscale("symlog", linthresh=1.0)  # latencies span ms to seconds across the search
+    return fig

@@ -1,0 +1,534 @@
+"""Capacity under the SLO: the highest arrival rate (requests/s) at which every SLO still holds, with its bracket.
+
+A bracketing search over the rate of the workload's own arrival process (mix, lengths, tenants and prefixes
+unchanged; every probe replays the workload's seed, its gaps the same draw stretched to the rate): double from a
+start rate until a probe fails, then bisect between the highest pass and the lowest failure to a relative
+tolerance or the probe budget. A start rate that already fails is halved until one passes (or the failure
+shows no queueing: load is not what breaks the SLO). A probe fails on the SLO check of `judge.check_slo` or
+on saturation — throughput no longer keeping up with the offered rate while queue wait grows — which also
+stops the doubling: a queue that grows through a probe breaks any latency bound given a longer run.
+
+Each probe's records go to `probe-NN/requests.jsonl` and its summary row to `probes.jsonl` as it finishes.
+The result says how the search ended (`status`) and why; running out of budget or an unmet SLO is a result,
+not an exception. Deliberately not here: logging (tasks/), the plot (`report.plots.capacity_curve`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from inferopt.config import AnySystem, ScenarioConfig, SLOConfig, WorkloadConfig
+from inferopt.measure.runner import RunTags
+from inferopt.measure.session import MeasuredRun, run_system
+from inferopt.measure.slices import headline
+from inferopt.validate.judge import check_slo
+from inferopt.validate.scenarios import scenario_workload
+from inferopt.workload.build import build_workload, workload_hash
+
+ProbePhase = Literal["start", "double", "halve", "bisect", "repeat"]
+CapacityStatus = Literal["bracketed", "budget_spent", "unbracketed", "unmet", "failed"]
+
+
+@dataclass(frozen=True)
+class CapacityBudget:
+    """How far the search may go. `start_req_per_s` None: the workload's own rate; `requests_per_probe` None:
+    the workload's `num_requests`; `max_req_per_s` caps the doubling; `boundary_repeats` re-runs the highest
+    passing rate with fresh seeds after the search; `min_served_ratio`: completions per arrival while the load
+    arrives below which (with a growing queue) a probe is saturated."""
+
+    start_req_per_s: float | None = None
+    max_probes: int = 12
+    rel_tol: float = 0.05
+    requests_per_probe: int | None = None
+    max_req_per_s: float | None = None
+    max_halvings: int = 4
+    boundary_repeats: int = 0
+    min_served_ratio: float = 0.95
+
+    def __post_init__(self) -> None:
+        problems = budget_problems(self)
+        if problems:
+            raise ValueError("capacity budget: " + "; ".join(problems))
+
+
+def budget_problems(b: CapacityBudget) -> list[str]:
+    """Each bad field of a budget as a sentence with its fix (empty: the budget is usable)."""
+    out = []
+    if b.max_probes < 1:
+        out.append(f"max_probes={b.max_probes}: the search needs at least one probe; fix: max_probes >= 3")
+    if b.start_req_per_s is not None and not b.start_req_per_s > 0:
+        out.append(f"start_req_per_s={b.start_req_per_s}: a rate must be > 0; fix: e.g. the workload's rate")
+    if b.max_req_per_s is not None and not b.max_req_per_s > 0:
+        out.append(f"max_req_per_s={b.max_req_per_s}: a rate must be > 0")
+    if b.start_req_per_s and b.max_req_per_s and b.max_req_per_s < b.start_req_per_s:
+        out.append(
+            f"empty rate range: max_req_per_s={b.max_req_per_s:g} is below start_req_per_s={b.start_req_per_s:g}; "
+            "fix: a ceiling above the start rate (or none)"
+        )
+    if not 0 < b.rel_tol < 1:
+        out.append(f"rel_tol={b.rel_tol}: must be in (0, 1), e.g. 0.05 (bracket within 5 %)")
+    if b.requests_per_probe is not None and b.requests_per_probe < 2:
+        out.append(f"requests_per_probe={b.requests_per_probe}: a rate needs at least 2 requests; fix: 40-80")
+    if b.max_halvings < 0 or b.boundary_repeats < 0:
+        out.append("max_halvings and boundary_repeats must be >= 0")
+    if not 0 < b.min_served_ratio <= 1:
+        out.append(f"min_served_ratio={b.min_served_ratio}: must be in (0, 1], e.g. 0.95")
+    return out
+
+
+_NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One replay at one offered rate: the rate/latency curve's point and its pass/fail with reasons (a run
+    that failed keeps NaN metrics and its error as the reason)."""
+
+    index: int
+    phase: ProbePhase
+    offered_req_per_s: float
+    passed: bool
+    reasons: tuple[str, ...]
+    records_path: str
+    requests: int = 0
+    duration_s: float = _NAN
+    achieved_req_per_s: float = _NAN  # successful requests per second of the run
+    goodput_req_per_s: float = _NAN  # requests meeting every per-request SLO bound per second (failures: misses)
+    slo_attainment: float = _NAN  # share of all requests meeting every per-request SLO bound
+    served_ratio: float = _NAN  # completions per arrival while the load arrived (1 = keeping up)
+    failure_rate: float = _NAN  # timeout + rejected + error
+    ttft_ms_p50: float = _NAN
+    ttft_ms_p99: float = _NAN
+    tpot_ms_p50: float = _NAN
+    tpot_ms_p95: float = _NAN
+    tpot_ms_p99: float = _NAN
+    e2e_ms_p50: float = _NAN
+    e2e_ms_p99: float = _NAN
+    queue_ms_p50: float = _NAN
+    queue_ms_p99: float = _NAN
+    queue_growth_ms: float = _NAN  # median queue wait, last quarter of arrivals minus first quarter
+    saturated: bool = False
+    failed_at: str | None = None  # the run's own failure stage ("start" | "run"), None when it ran
+
+    def row(self) -> dict[str, Any]:
+        return {**asdict(self), "reasons": "; ".join(self.reasons)}
+
+
+@dataclass(frozen=True)
+class CapacityResult:
+    """`req_per_s`: the highest rate that passed below the lowest that failed (NaN when none passed); the
+    bracket [`lo_req_per_s`, `hi_req_per_s`] is its uncertainty (None where that side was not found)."""
+
+    status: CapacityStatus
+    req_per_s: float
+    lo_req_per_s: float | None
+    hi_req_per_s: float | None
+    message: str
+    probes: tuple[Probe, ...]
+    repeats: tuple[Probe, ...] = ()
+    saturated_req_per_s: float | None = None  # the lowest offered rate found saturated
+    slo_bounds_ms: dict[str, float] = field(default_factory=dict)  # the latency bounds, for the plot
+
+    def table(self) -> pd.DataFrame:
+        """One row per probe (the search's, then the boundary repeats), sorted by offered rate."""
+        rows = [p.row() for p in (*self.probes, *self.repeats)]
+        return (
+            pd.DataFrame(rows).sort_values(["offered_req_per_s", "index"], ignore_index=True)
+            if rows
+            else pd.DataFrame()
+        )
+
+    def metrics(self) -> dict[str, float]:
+        nan = float("nan")
+        return {
+            "capacity.req_per_s": self.req_per_s,
+            "capacity.lo": self.lo_req_per_s if self.lo_req_per_s is not None else nan,
+            "capacity.hi": self.hi_req_per_s if self.hi_req_per_s is not None else nan,
+            "capacity.probes": float(len(self.probes)),
+            "capacity.repeat_pass_rate": _pass_rate(self.repeats),
+        }
+
+
+def _pass_rate(probes: Sequence[Probe]) -> float:
+    return float(np.mean([p.passed for p in probes])) if probes else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------- the search policy
+
+
+def bracket(probes: Sequence[Probe]) -> tuple[float | None, float | None]:
+    """(highest passing rate below the lowest failing one, lowest failing rate); None where there is none.
+    A pass above a failure (noise at the boundary) is ignored: the bracket stays on the safe side."""
+    fails = [p.offered_req_per_s for p in probes if not p.passed]
+    hi = min(fails) if fails else None
+    passes = [p.offered_req_per_s for p in probes if p.passed and (hi is None or p.offered_req_per_s < hi)]
+    return (max(passes) if passes else None), hi
+
+
+def queue_free(p: Probe) -> bool:
+    """No queueing to speak of (queue wait p99 within 1 ms or 10 % of TTFT p99): load is not what fails it."""
+    return not p.saturated and p.queue_ms_p99 <= max(1.0, 0.1 * p.ttft_ms_p99)
+
+
+def next_probe(
+    probes: Sequence[Probe], start_req_per_s: float, budget: CapacityBudget
+) -> tuple[float, ProbePhase] | None:
+    """The next rate to probe and why, or None when the search is done (see the module docstring)."""
+    if len(probes) >= budget.max_probes:
+        return None
+    if not probes:
+        return start_req_per_s, "start"
+    lo, hi = bracket(probes)
+    if hi is None:  # every probe passed: double, up to the ceiling
+        ceiling = budget.max_req_per_s or math.inf
+        return (min(2.0 * lo, ceiling), "double") if lo < ceiling else None
+    if lo is None:  # every probe failed: halve, unless the lowest failure had no queueing
+        lowest = min((p for p in probes if not p.passed), key=lambda p: p.offered_req_per_s)
+        halvings = sum(p.phase == "halve" for p in probes)
+        return None if halvings >= budget.max_halvings or queue_free(lowest) else (hi / 2.0, "halve")
+    return None if hi / lo - 1.0 <= budget.rel_tol else ((lo + hi) / 2.0, "bisect")
+
+
+# ---------------------------------------------------------------------------------------------- one probe
+
+
+def workload_rate_per_s(workload: WorkloadConfig) -> float:
+    """The workload's own arrival rate: its arrival process's, or a trace's mean rate over its span."""
+    if workload.arrival is not None:
+        return float(workload.arrival.rate_per_s)
+    offsets = build_workload(workload)["arrival_offset_s"].to_numpy(float)
+    span_s = float(offsets.max() - offsets.min()) if len(offsets) else 0.0
+    if len(offsets) < 2 or span_s <= 0:
+        raise ValueError(
+            f"workload {workload.name!r}: its trace has no time span (fewer than 2 rows or one timestamp), so it "
+            "has no rate to scale; fix: a trace with timestamps, or give CapacityBudget.start_req_per_s"
+        )
+    return (len(offsets) - 1) / span_s
+
+
+def probe_workload(
+    base: WorkloadConfig, rate_per_s: float, base_rate_per_s: float, num_requests: int | None, seed: int
+) -> WorkloadConfig:
+    """The workload at `rate_per_s`, scaled as a validation scenario's `rate_scale` is; the seed kept."""
+    sc = ScenarioConfig(
+        name="capacity", kind="steady", rate_scale=rate_per_s / base_rate_per_s, num_requests=num_requests
+    )
+    return scenario_workload(base, sc).model_copy(update={"name": f"{base.name}-capacity", "seed": seed})
+
+
+def probe_table(wl: WorkloadConfig, rate_per_s: float) -> pd.DataFrame:
+    """The probe's requests, its arrival times stretched so that their realised rate ((n - 1) / span) is the
+    offered rate: a 40-request Poisson draw's own rate is off by ~15 %, which would shift the whole curve."""
+    table = build_workload(wl)
+    offsets = table["arrival_offset_s"].to_numpy(float)
+    first_s = float(offsets.min()) if len(offsets) else 0.0
+    span_s = float(offsets.max()) - first_s if len(offsets) >= 2 else 0.0
+    if span_s > 0:
+        table["arrival_offset_s"] = first_s + (offsets - first_s) * ((len(offsets) - 1) / rate_per_s / span_s)
+        table.attrs["content_hash"] = workload_hash(table)
+    return table
+
+
+def _meets_slo(phases: pd.DataFrame, slo: SLOConfig) -> np.ndarray:
+    """Per request: ok and within every per-request SLO bound (a one-token output has no TPOT to miss)."""
+    ok = (phases["outcome"] == "ok").to_numpy()
+    tpot = pd.to_numeric(phases["tpot_ms"], errors="coerce").fillna(0.0).to_numpy(float)
+    e2e_ms = slo.e2e_p99_ms if slo.e2e_p99_ms is not None else math.inf
+    within = (phases["ttft_ms"].to_numpy(float) <= slo.ttft_p99_ms) & (tpot <= slo.tpot_p95_ms)
+    return ok & within & (phases["e2e_ms"].to_numpy(float) <= e2e_ms)
+
+
+def served_ratio(run: MeasuredRun) -> float:
+    """Completions (any outcome) per arrival while the load arrived: of the requests sent by the last intended
+    send time, how many had finished by then, over n - 1 (the last one has only just arrived)."""
+    recs = run.records
+    if len(recs) < 2:
+        return 1.0
+    t_last_s = max(r.intended_s for r in recs)
+    done = sum(1 for r in recs if r.client_done_s is not None and r.client_done_s <= t_last_s)
+    return min(1.0, done / (len(recs) - 1))
+
+
+def _wait_ms(r: Any) -> float | None:
+    """The engine's queue wait, else (no server timings) the TTFT."""
+    if r.admitted_s is not None and r.arrival_s is not None:
+        return 1000.0 * (r.admitted_s - r.arrival_s)
+    return 1000.0 * (r.client_token_s[0] - r.intended_s) if r.client_token_s else None
+
+
+def queue_quarters_ms(run: MeasuredRun) -> tuple[float, float]:
+    """Median queue wait of the first and of the last quarter of the successful requests, by send time."""
+    rows = sorted((r.intended_s, w) for r in run.records if r.outcome == "ok" and (w := _wait_ms(r)) is not None)
+    if len(rows) < 8:
+        return math.nan, math.nan
+    q = len(rows) // 4
+    waits = [w for _, w in rows]
+    return float(np.median(waits[:q])), float(np.median(waits[-q:]))
+
+
+def saturation_reasons(
+    m: dict[str, float], served: float, quarters_ms: tuple[float, float], min_served: float, prev: Probe | None
+) -> list[str]:
+    """Why a probe is saturated (empty: it is not): it does not keep up with what arrives while its queue wait
+    grows, or (against the next lower rate probed) its throughput stayed flat while its queue wait grew."""
+    out = []
+    first_ms, last_ms = quarters_ms
+    if served < min_served and last_ms - first_ms > max(1.0, first_ms):
+        out.append(
+            f"saturated: {served:.2f} completions per arrival while the load arrived (< {min_served:g}), median "
+            f"queue wait {first_ms:.0f} ms in the first quarter of arrivals -> {last_ms:.0f} ms in the last"
+        )
+    achieved, offered, q99 = m["ok_req_per_s"], m["offered"], m["queue_ms_p99"]
+    if prev is not None and prev.achieved_req_per_s > 0 and offered >= 1.5 * prev.offered_req_per_s:
+        if achieved < 1.1 * prev.achieved_req_per_s and q99 > 2.0 * prev.queue_ms_p99 + 1.0:
+            out.append(
+                f"saturated: throughput flat, {achieved:.3g} req/s at {offered:.3g} offered vs "
+                f"{prev.achieved_req_per_s:.3g} at {prev.offered_req_per_s:.3g} "
+                f"(x{achieved / prev.achieved_req_per_s:.2f} for x{offered / prev.offered_req_per_s:.2f} the rate) "
+                "while queue wait p99 grew "
+                f"{prev.queue_ms_p99:.0f} -> {q99:.0f} ms"
+            )
+    return out
+
+
+def summarize_probe(
+    run: MeasuredRun,
+    where: tuple[int, ProbePhase, float, str],
+    slo: SLOConfig,
+    budget: CapacityBudget,
+    prev: Probe | None,
+) -> Probe:
+    """The probe's row: the rate/latency point, goodput, saturation and the SLO verdict with reasons.
+    `where`: (index, phase, offered rate, records path)."""
+    index, phase, rate_per_s, path = where
+    if run.failed:
+        first = (run.error or "unknown error").splitlines()[0]
+        return Probe(index, phase, rate_per_s, False, (f"run failed: {first}",), path, failed_at=run.failed_at or "run")
+    m = {**headline(run.phases, run.duration_s), "offered": rate_per_s}
+    slo_ok, reasons = check_slo(m, slo)
+    met = _meets_slo(run.phases, slo)
+    served = served_ratio(run)
+    quarters = queue_quarters_ms(run)
+    sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev)
+    goodput = float(met.sum()) / max(run.duration_s, 1e-9)
+    reasons += [*sat, f"goodput {goodput:.3g} req/s ({met.mean():.1%} of requests within every SLO bound)"]
+    latencies = {k: m[k] for k in _LATENCY_FIELDS}
+    return Probe(
+        index,
+        phase,
+        rate_per_s,
+        slo_ok and not sat,
+        tuple(reasons),
+        path,
+        requests=len(run.phases),
+        duration_s=run.duration_s,
+        achieved_req_per_s=m["ok_req_per_s"],
+        goodput_req_per_s=goodput,
+        slo_attainment=float(met.mean()),
+        served_ratio=served,
+        failure_rate=1.0 - m["ok_rate"],
+        queue_growth_ms=quarters[1] - quarters[0],
+        saturated=bool(sat),
+        **latencies,
+    )
+
+
+_LATENCY_FIELDS = (
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "tpot_ms_p50",
+    "tpot_ms_p95",
+    "tpot_ms_p99",
+    "e2e_ms_p50",
+    "e2e_ms_p99",
+    "queue_ms_p50",
+    "queue_ms_p99",
+)
+
+
+# ---------------------------------------------------------------------------------------------- the search
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What every probe of one search shares."""
+
+    system: AnySystem
+    workload: WorkloadConfig
+    slo: SLOConfig
+    out_dir: Path
+    budget: CapacityBudget
+    base_rate_per_s: float
+    tags: RunTags
+    warmup_requests: int
+    run_kwargs: dict[str, Any]
+
+
+def _run_probe(s: _Search, index: int, phase: ProbePhase, rate: float, seed: int, prev: Probe | None) -> Probe:
+    """Replay the workload at `rate`, keep its records in `probe-NN/`, append its row to `probes.jsonl`."""
+    wl = probe_workload(s.workload, rate, s.base_rate_per_s, s.budget.requests_per_probe, seed)
+    path = s.out_dir / f"probe-{index:02d}" / "requests.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tags = RunTags(run_tag=s.tags.run_tag, arm=s.tags.arm, trial=index, scenario=f"capacity-{index:02d}")
+    run = run_system(
+        s.system,
+        probe_table(wl, rate),
+        tags,
+        timeout_s=wl.timeout_s,
+        records_path=path,
+        warmup_requests=s.warmup_requests,
+        prompt_seed=wl.seed,
+        **s.run_kwargs,
+    )
+    probe = summarize_probe(run, (index, phase, rate, str(path)), s.slo, s.budget, prev)
+    with (s.out_dir / "probes.jsonl").open("a") as fh:
+        fh.write(json.dumps(probe.row(), default=str) + "\n")
+    return probe
+
+
+def _closest_below(probes: Sequence[Probe], rate: float) -> Probe | None:
+    """The probe that ran at the highest rate below `rate` (the reference for 'throughput flat')."""
+    below = [p for p in probes if p.offered_req_per_s < rate and p.failed_at is None]
+    return max(below, key=lambda p: p.offered_req_per_s) if below else None
+
+
+def capacity(
+    system: AnySystem,
+    workload: WorkloadConfig,
+    slo: SLOConfig,
+    out_dir: str | Path,
+    *,
+    budget: CapacityBudget = CapacityBudget(),  # noqa: B008 - frozen
+    arm: str = "capacity",
+    run_tag: str = "",
+    warmup_requests: int = 0,
+    wrap_engine: Callable[[Any], Any] | None = None,
+) -> CapacityResult:
+    """The highest arrival rate at which `system` meets `slo` on `workload`'s mix, with its bracket (see the
+    module docstring). A bad budget or an empty rate range raises ValueError before anything runs; running
+    out of budget, an SLO no rate meets and an engine that does not start are results that say so."""
+    base_rate = workload_rate_per_s(workload)
+    start = budget.start_req_per_s or base_rate
+    if budget.max_req_per_s is not None and budget.max_req_per_s < start:
+        raise ValueError(
+            f"capacity: empty rate range: max_req_per_s={budget.max_req_per_s:g} is below the start rate "
+            f"{start:g} req/s (the workload's own rate unless start_req_per_s is set); fix: raise the ceiling"
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    s = _Search(
+        system,
+        workload,
+        slo,
+        out,
+        budget,
+        base_rate,
+        RunTags(run_tag=run_tag, arm=arm),
+        warmup_requests,
+        {"wrap_engine": wrap_engine} if wrap_engine is not None else {},
+    )
+    probes: list[Probe] = []
+    while (nxt := next_probe(probes, start, budget)) is not None:
+        rate, phase = nxt
+        probes.append(_run_probe(s, len(probes), phase, rate, workload.seed, _closest_below(probes, rate)))
+        if probes[-1].failed_at == "start":
+            break
+    lo, _ = bracket(probes)
+    repeats = []
+    if lo is not None and not any(p.failed_at == "start" for p in probes):
+        for k in range(budget.boundary_repeats):
+            idx = len(probes) + k
+            repeats.append(_run_probe(s, idx, "repeat", lo, workload.seed + 1 + k, _closest_below(probes, lo)))
+    return conclude(probes, repeats, budget, slo)
+
+
+def _failures(p: Probe) -> str:
+    return "; ".join(r for r in p.reasons if "FAIL" in r or r.startswith(("saturated", "run failed"))) or "failed"
+
+
+def conclude(
+    probes: Sequence[Probe], repeats: Sequence[Probe], budget: CapacityBudget, slo: SLOConfig
+) -> CapacityResult:
+    """The result of a finished search: its status and a message saying how it ended and what to do."""
+    lo, hi = bracket(probes)
+    n = len(probes)
+    sat = min((p.offered_req_per_s for p in probes if p.saturated), default=None)
+    started = [p for p in probes if p.failed_at == "start"]
+    if started:
+        status, msg = "failed", f"the engine did not start (probe {started[0].index}): {_failures(started[0])}"
+    elif lo is not None and hi is not None:
+        width = hi / lo - 1.0
+        status = "bracketed" if width <= budget.rel_tol else "budget_spent"
+        msg = f"capacity {lo:.4g} req/s: passes at {lo:.4g}, fails at {hi:.4g} (+{width:.1%}) after {n} probes"
+        if status == "budget_spent":
+            msg += (
+                f"; the budget of {budget.max_probes} probes ran out before the bracket narrowed to "
+                f"{budget.rel_tol:.0%}: the capacity lies in it; fix: raise max_probes"
+            )
+    elif lo is not None:
+        status = "unbracketed"
+        why = (
+            f"the ceiling max_req_per_s={budget.max_req_per_s:g} was reached"
+            if budget.max_req_per_s is not None and lo >= budget.max_req_per_s
+            else f"the budget of {budget.max_probes} probes ran out before any probe failed; fix: raise max_probes "
+            "or start_req_per_s"
+        )
+        msg = f"every probe passed, up to {lo:.4g} req/s: the capacity is at least that, not bracketed ({why})"
+    else:
+        status, msg = "unmet", _unmet_message(probes, budget)
+    return CapacityResult(
+        status=status,
+        req_per_s=lo if lo is not None else float("nan"),
+        lo_req_per_s=lo,
+        hi_req_per_s=hi,
+        message=msg + _repeat_note(repeats),
+        probes=tuple(probes),
+        repeats=tuple(repeats),
+        saturated_req_per_s=sat,
+        slo_bounds_ms=slo_bounds_ms(slo),
+    )
+
+
+def _unmet_message(probes: Sequence[Probe], budget: CapacityBudget) -> str:
+    if not probes:
+        return "no probe ran"
+    low = min(probes, key=lambda p: p.offered_req_per_s)
+    msg = (
+        f"no rate meets the SLO: it failed at every rate probed, down to {low.offered_req_per_s:.4g} req/s "
+        f"({_failures(low)})"
+    )
+    if queue_free(low):
+        return msg + (
+            "; with no queueing there, the service time itself misses the SLO; "
+            "fix: a looser SLO or a faster configuration"
+        )
+    if len(probes) >= budget.max_probes:
+        return msg + f"; the budget of {budget.max_probes} probes ran out; fix: raise max_probes or start lower"
+    return (
+        msg
+        + f"; lower rates were not tried after {budget.max_halvings} halvings; fix: start lower or raise max_halvings"
+    )
+
+
+def _repeat_note(repeats: Sequence[Probe]) -> str:
+    if not repeats:
+        return ""
+    k = sum(p.passed for p in repeats)
+    note = f"; the highest passing rate passed {k} of {len(repeats)} repeats with fresh seeds"
+    return note + ("" if k == len(repeats) else ": the boundary is within noise, size with a margin")
+
+
+def slo_bounds_ms(slo: SLOConfig) -> dict[str, float]:
+    """The latency bounds keyed by the probe table's column they bound."""
+    out = {"ttft_ms_p99": slo.ttft_p99_ms, "tpot_ms_p95": slo.tpot_p95_ms}
+    if slo.e2e_p99_ms is not None:
+        out["e2e_ms_p99"] = slo.e2e_p99_ms
+    return out

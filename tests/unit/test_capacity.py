@@ -1,0 +1,198 @@
+"""Capacity under the SLO (issue 14): the search policy on synthetic probes, the budget's checks, and the
+search on the fake engine with a known service rate (batch size 1, fixed lengths, no jitter, evenly spaced
+arrivals: a D/D/1 queue, whose capacity under a generous latency SLO is 1 / service time)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+
+from inferopt.config import ConstantArrivals, FakeSystem, LengthConfig, PoissonArrivals, SLOConfig, WorkloadConfig
+from inferopt.config.systems import BatchingKnobs
+from inferopt.report.plots import capacity_curve
+from inferopt.validate.capacity import (
+    CapacityBudget,
+    Probe,
+    bracket,
+    capacity,
+    next_probe,
+    probe_table,
+    probe_workload,
+    saturation_reasons,
+)
+
+GENEROUS = SLOConfig(ttft_p99_ms=60_000, tpot_p95_ms=60_000)
+INPUT_LEN, OUTPUT_LEN = 16, 2
+
+
+def fake_service_ms(s: FakeSystem, input_len: int, output_len: int) -> float:
+    """The fake engine's time per request at batch size 1 (inferopt/engines/fake.py): context, prefill, then
+    one decode step between consecutive tokens."""
+    prefill_ms = s.prefill_base_ms + s.prefill_ms_per_token * input_len
+    return s.context_ms + prefill_ms + (output_len - 1) * (s.decode_step_ms + s.decode_ms_per_seq)
+
+
+def planted(decode_step_ms: float, prefill_base_ms: float = 0.0) -> FakeSystem:
+    # one timed sleep per request where possible: each asyncio sleep overshoots by up to ~1 ms (epoll rounds
+    # its timeout up to the millisecond), so few long sleeps keep the realised service time near the knobs'
+    return FakeSystem(
+        context_ms=0.0,
+        prefill_base_ms=prefill_base_ms,
+        prefill_ms_per_token=0.0,
+        decode_step_ms=decode_step_ms,
+        decode_ms_per_seq=0.0,
+        jitter_cv=0.0,
+        batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0.0),
+    )
+
+
+def workload(rate: float, n: int = 40) -> WorkloadConfig:
+    lengths = LengthConfig(input_median=INPUT_LEN, input_sigma=0, output_median=OUTPUT_LEN, output_sigma=0)
+    return WorkloadConfig(name="cap", num_requests=n, arrival=ConstantArrivals(rate_per_s=rate), lengths=lengths)
+
+
+def probe(rate: float, passed: bool, phase: str = "double", **kw) -> Probe:
+    return Probe(0, phase, rate, passed, (), "", **kw)
+
+
+# ------------------------------------------------------------------------------------------ the policy
+
+
+def test_policy_doubles_then_bisects_to_the_tolerance():
+    b = CapacityBudget(max_probes=10, rel_tol=0.1)
+    assert next_probe([], 5.0, b) == (5.0, "start")
+    assert next_probe([probe(5, True, "start")], 5.0, b) == (10.0, "double")
+    done = [probe(5, True, "start"), probe(10, True), probe(20, False)]
+    assert next_probe(done, 5.0, b) == (15.0, "bisect")
+    assert next_probe([*done, probe(15, False, "bisect")], 5.0, b) == (12.5, "bisect")
+    narrow = [*done, probe(15, False, "bisect"), probe(12.5, True, "bisect"), probe(13.5, False, "bisect")]
+    assert bracket(narrow) == (12.5, 13.5)
+    assert next_probe(narrow, 5.0, b) is None  # 13.5 / 12.5 - 1 = 8 % <= 10 %
+
+
+def test_policy_stops_at_the_budget_and_the_ceiling():
+    assert next_probe([probe(5, True, "start")], 5.0, CapacityBudget(max_probes=1)) is None
+    capped = CapacityBudget(max_req_per_s=8.0)
+    assert next_probe([probe(5, True, "start")], 5.0, capped) == (8.0, "double")
+    assert next_probe([probe(5, True, "start"), probe(8, True)], 5.0, capped) is None
+
+
+def test_policy_halves_a_failing_start_unless_nothing_queued():
+    queued = dict(queue_ms_p99=500.0, ttft_ms_p99=600.0)
+    b = CapacityBudget(max_halvings=2)
+    assert next_probe([probe(8, False, "start", **queued)], 8.0, b) == (4.0, "halve")
+    two = [probe(8, False, "start", **queued), probe(4, False, "halve", **queued), probe(2, False, "halve", **queued)]
+    assert next_probe(two, 8.0, b) is None  # max_halvings spent
+    idle = dict(queue_ms_p99=0.3, ttft_ms_p99=40.0)  # no queueing: a lower rate cannot help
+    assert next_probe([probe(8, False, "start", **idle)], 8.0, b) is None
+
+
+def test_a_pass_above_a_failure_does_not_widen_the_bracket():
+    assert bracket([probe(10, True), probe(20, False), probe(30, True)]) == (10, 20)
+    assert bracket([probe(10, False)]) == (None, 10)
+    assert bracket([probe(10, True)]) == (10, None)
+
+
+def test_saturation_needs_lagging_completions_and_a_growing_queue():
+    m = {"ok_req_per_s": 30.0, "offered": 40.0, "queue_ms_p99": 300.0}
+    assert saturation_reasons(m, 0.75, (20.0, 200.0), 0.95, None)[0].startswith("saturated: 0.75 completions")
+    assert saturation_reasons(m, 0.75, (20.0, 25.0), 0.95, None) == []  # lagging but the queue is flat
+    assert saturation_reasons(m, 0.99, (20.0, 200.0), 0.95, None) == []  # a growing queue that keeps up
+    prev = probe(20, True, achieved_req_per_s=29.0, queue_ms_p99=10.0)
+    flat = saturation_reasons(m, 0.99, (20.0, 25.0), 0.95, prev)
+    assert len(flat) == 1 and "throughput flat" in flat[0] and "10 -> 300 ms" in flat[0]
+
+
+def test_bad_budgets_are_refused_with_the_fix():
+    for kwargs, words in [
+        ({"max_probes": 0}, "max_probes=0"),
+        ({"start_req_per_s": 10.0, "max_req_per_s": 5.0}, "empty rate range"),
+        ({"rel_tol": 0.0}, "rel_tol"),
+        ({"requests_per_probe": 1}, "requests_per_probe"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            CapacityBudget(**kwargs)
+    with pytest.raises(ValueError, match="empty rate range.*workload's own rate"):
+        capacity(planted(10.0), workload(50.0), GENEROUS, "unused", budget=CapacityBudget(max_req_per_s=20.0))
+
+
+def test_probe_keeps_the_mix_and_realises_the_offered_rate():
+    base = WorkloadConfig(name="p", seed=3, num_requests=40, arrival=PoissonArrivals(rate_per_s=5.0))
+    wl = probe_workload(base, 20.0, 5.0, None, base.seed)
+    assert wl.arrival.rate_per_s == pytest.approx(20.0) and wl.seed == base.seed and wl.lengths == base.lengths
+    table = probe_table(wl, 20.0)
+    assert (len(table) - 1) / table["arrival_offset_s"].max() == pytest.approx(20.0)
+    slow = probe_table(probe_workload(base, 10.0, 5.0, None, base.seed), 10.0)
+    assert (slow["input_len"] == table["input_len"]).all()  # same draw, only the clock stretched
+    assert slow["arrival_offset_s"].to_numpy() == pytest.approx(2.0 * table["arrival_offset_s"].to_numpy())
+
+
+# ------------------------------------------------------------------------------------------ on the fake engine
+
+
+@pytest.fixture(scope="module")
+def planted_search(tmp_path_factory):
+    system = planted(decode_step_ms=40.0)
+    mu = 1000.0 / fake_service_ms(system, INPUT_LEN, OUTPUT_LEN)  # 25 req/s
+    out = tmp_path_factory.mktemp("capacity")
+    result = capacity(system, workload(0.7 * mu), GENEROUS, out, budget=CapacityBudget(max_probes=12, rel_tol=0.05))
+    return mu, out, result
+
+
+def test_finds_the_planted_capacity_within_ten_percent(planted_search):
+    mu, _, r = planted_search
+    assert r.status == "bracketed", r.message
+    assert abs(r.req_per_s / mu - 1.0) <= 0.10, r.table()[["offered_req_per_s", "achieved_req_per_s", "passed"]]
+    assert r.lo_req_per_s < r.hi_req_per_s <= r.lo_req_per_s * 1.05 + 1e-9
+    assert r.metrics()["capacity.req_per_s"] == r.req_per_s and r.metrics()["capacity.hi"] == r.hi_req_per_s
+
+
+def test_saturation_stops_the_doubling_early(planted_search):
+    mu, _, r = planted_search
+    assert len(r.probes) < 12  # the budget
+    doubles = [p for p in r.probes if p.phase in ("start", "double")]
+    assert [p.passed for p in doubles] == [True] * (len(doubles) - 1) + [False]  # stopped at the first failure
+    stop = doubles[-1]
+    assert stop.saturated and any(x.startswith("saturated") for x in stop.reasons), stop.reasons
+    assert stop.ttft_ms_p99 < GENEROUS.ttft_p99_ms  # the latency SLO alone would have let it double on
+    assert stop.achieved_req_per_s < 0.9 * stop.offered_req_per_s and r.saturated_req_per_s <= stop.offered_req_per_s
+
+
+def test_every_probe_keeps_its_records_and_row(planted_search):
+    _, out, r = planted_search
+    rows = [json.loads(x) for x in (Path(out) / "probes.jsonl").read_text().splitlines()]
+    assert [row["offered_req_per_s"] for row in rows] == [p.offered_req_per_s for p in r.probes]
+    for p in r.probes:
+        assert len(Path(p.records_path).read_text().splitlines()) == p.requests == 40
+    table = r.table()
+    assert table["offered_req_per_s"].is_monotonic_increasing and len(table) == len(r.probes)
+    for col in ("goodput_req_per_s", "slo_attainment", "ttft_ms_p50", "tpot_ms_p95", "e2e_ms_p99", "queue_ms_p99"):
+        assert table[col].notna().all(), col
+    fig = capacity_curve(table, r.slo_bounds_ms, (r.lo_req_per_s, r.hi_req_per_s))
+    assert len(fig.axes) == 2 and {ln.get_label() for ln in fig.axes[1].lines} >= {"ttft", "tpot"}
+    plt.close(fig)
+
+
+def test_a_budget_too_small_to_bracket_says_so(tmp_path):
+    system = planted(decode_step_ms=10.0)
+    mu = 1000.0 / fake_service_ms(system, INPUT_LEN, OUTPUT_LEN)  # 100 req/s
+    one = capacity(system, workload(0.7 * mu), GENEROUS, tmp_path / "one", budget=CapacityBudget(max_probes=1))
+    assert one.status == "unbracketed" and one.hi_req_per_s is None
+    assert "at least" in one.message and "raise max_probes" in one.message
+    two = capacity(system, workload(0.7 * mu), GENEROUS, tmp_path / "two", budget=CapacityBudget(max_probes=2))
+    assert two.status == "budget_spent", two.message  # passes at 0.7 mu, saturated at 1.4 mu: 100 % wide
+    assert (two.lo_req_per_s, two.hi_req_per_s) == pytest.approx((0.7 * mu, 1.4 * mu))
+    assert "raise max_probes" in two.message
+
+
+def test_an_slo_no_rate_meets_says_so(tmp_path):
+    system = planted(decode_step_ms=2.0, prefill_base_ms=10.0)  # TTFT >= 10 ms with no queue at all
+    strict = SLOConfig(ttft_p99_ms=3.0, tpot_p95_ms=1000.0)
+    r = capacity(system, workload(40.0), strict, tmp_path, budget=CapacityBudget(max_probes=6))  # ~ half of 83/s
+    assert r.status == "unmet" and len(r.probes) == 1  # no queueing at the start rate: halving cannot help
+    assert r.req_per_s != r.req_per_s and r.lo_req_per_s is None  # NaN: nothing passed
+    assert "no rate meets the SLO" in r.message and "TTFT p99" in r.message
+    assert "service time itself misses the SLO" in r.message
