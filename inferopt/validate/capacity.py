@@ -3,8 +3,8 @@
 A bracketing search over the rate of the workload's own arrival process (mix, lengths, tenants and prefixes
 unchanged; every probe replays the workload's seed, its gaps the same draw stretched to the rate): double from a
 start rate until a probe fails, then bisect between the highest pass and the lowest failure to a relative
-tolerance or the probe budget. A start rate that already fails is halved until one passes (or the failure
-shows no queueing: load is not what breaks the SLO). A probe fails on the SLO check of `judge.check_slo` or
+tolerance or the probe budget. A failing start rate is halved until one passes (or even net of queue wait
+its median TTFT misses the bound: load is not what breaks the SLO). A probe fails on `judge.check_slo` or
 on saturation — throughput no longer keeping up with the offered rate while queue wait grows — which also
 stops the doubling: a queue that grows through a probe breaks any latency bound given a longer run.
 
@@ -116,6 +116,7 @@ class Probe:
     queue_ms_p99: float = _NAN
     queue_growth_ms: float = _NAN  # median queue wait, last quarter of arrivals minus first quarter
     saturated: bool = False
+    service_misses_slo: bool = False  # even net of queue wait the median TTFT (or E2E) misses its p99 bound
     failed_at: str | None = None  # the run's own failure stage ("start" | "run"), None when it ran
 
     def row(self) -> dict[str, Any]:
@@ -173,11 +174,6 @@ def bracket(probes: Sequence[Probe]) -> tuple[float | None, float | None]:
     return (max(passes) if passes else None), hi
 
 
-def queue_free(p: Probe) -> bool:
-    """No queueing to speak of (queue wait p99 within 1 ms or 10 % of TTFT p99): load is not what fails it."""
-    return not p.saturated and p.queue_ms_p99 <= max(1.0, 0.1 * p.ttft_ms_p99)
-
-
 def next_probe(
     probes: Sequence[Probe], start_req_per_s: float, budget: CapacityBudget
 ) -> tuple[float, ProbePhase] | None:
@@ -193,7 +189,7 @@ def next_probe(
     if lo is None:  # every probe failed: halve, unless the lowest failure had no queueing
         lowest = min((p for p in probes if not p.passed), key=lambda p: p.offered_req_per_s)
         halvings = sum(p.phase == "halve" for p in probes)
-        return None if halvings >= budget.max_halvings or queue_free(lowest) else (hi / 2.0, "halve")
+        return None if halvings >= budget.max_halvings or lowest.service_misses_slo else (hi / 2.0, "halve")
     return None if hi / lo - 1.0 <= budget.rel_tol else ((lo + hi) / 2.0, "bisect")
 
 
@@ -299,6 +295,19 @@ def saturation_reasons(
     return out
 
 
+def unqueued_miss(phases: pd.DataFrame, slo: SLOConfig) -> list[str]:
+    """The latency bounds that even the successful requests' median net of queue wait misses: no lower rate
+    can meet those (an engine without queue timings: none known)."""
+    ok = phases[phases["outcome"] == "ok"]
+    queue_ms = pd.to_numeric(ok["queue_ms"], errors="coerce")
+    out = []
+    for col, bound, label in (("ttft_ms", slo.ttft_p99_ms, "TTFT"), ("e2e_ms", slo.e2e_p99_ms, "E2E")):
+        net_ms = float((pd.to_numeric(ok[col], errors="coerce") - queue_ms).median()) if len(ok) else math.nan
+        if bound is not None and net_ms > bound:
+            out.append(f"even net of queue wait the median {label} is {net_ms:.1f} ms > its p99 bound {bound:g} ms")
+    return out
+
+
 def summarize_probe(
     run: MeasuredRun,
     where: tuple[int, ProbePhase, float, str],
@@ -318,8 +327,9 @@ def summarize_probe(
     served = served_ratio(run)
     quarters = queue_quarters_ms(run)
     sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev)
+    unqueued = unqueued_miss(run.phases, slo)
     goodput = float(met.sum()) / max(run.duration_s, 1e-9)
-    reasons += [*sat, f"goodput {goodput:.3g} req/s ({met.mean():.1%} of requests within every SLO bound)"]
+    reasons += [*sat, *unqueued, f"goodput {goodput:.3g} req/s ({met.mean():.1%} of requests within every SLO bound)"]
     latencies = {k: m[k] for k in _LATENCY_FIELDS}
     return Probe(
         index,
@@ -337,6 +347,7 @@ def summarize_probe(
         failure_rate=1.0 - m["ok_rate"],
         queue_growth_ms=quarters[1] - quarters[0],
         saturated=bool(sat),
+        service_misses_slo=bool(unqueued),
         **latencies,
     )
 
@@ -505,9 +516,9 @@ def _unmet_message(probes: Sequence[Probe], budget: CapacityBudget) -> str:
         f"no rate meets the SLO: it failed at every rate probed, down to {low.offered_req_per_s:.4g} req/s "
         f"({_failures(low)})"
     )
-    if queue_free(low):
+    if low.service_misses_slo:
         return msg + (
-            "; with no queueing there, the service time itself misses the SLO; "
+            "; the service time itself misses it, so no lower rate can help; "
             "fix: a looser SLO or a faster configuration"
         )
     if len(probes) >= budget.max_probes:

@@ -80,14 +80,12 @@ def test_policy_stops_at_the_budget_and_the_ceiling():
     assert next_probe([probe(5, True, "start"), probe(8, True)], 5.0, capped) is None
 
 
-def test_policy_halves_a_failing_start_unless_nothing_queued():
-    queued = dict(queue_ms_p99=500.0, ttft_ms_p99=600.0)
+def test_policy_halves_a_failing_start_unless_the_service_alone_misses():
     b = CapacityBudget(max_halvings=2)
-    assert next_probe([probe(8, False, "start", **queued)], 8.0, b) == (4.0, "halve")
-    two = [probe(8, False, "start", **queued), probe(4, False, "halve", **queued), probe(2, False, "halve", **queued)]
+    assert next_probe([probe(8, False, "start")], 8.0, b) == (4.0, "halve")
+    two = [probe(8, False, "start"), probe(4, False, "halve"), probe(2, False, "halve")]
     assert next_probe(two, 8.0, b) is None  # max_halvings spent
-    idle = dict(queue_ms_p99=0.3, ttft_ms_p99=40.0)  # no queueing: a lower rate cannot help
-    assert next_probe([probe(8, False, "start", **idle)], 8.0, b) is None
+    assert next_probe([probe(8, False, "start", service_misses_slo=True)], 8.0, b) is None
 
 
 def test_a_pass_above_a_failure_does_not_widen_the_bracket():
@@ -192,7 +190,23 @@ def test_an_slo_no_rate_meets_says_so(tmp_path):
     system = planted(decode_step_ms=2.0, prefill_base_ms=10.0)  # TTFT >= 10 ms with no queue at all
     strict = SLOConfig(ttft_p99_ms=3.0, tpot_p95_ms=1000.0)
     r = capacity(system, workload(40.0), strict, tmp_path, budget=CapacityBudget(max_probes=6))  # ~ half of 83/s
-    assert r.status == "unmet" and len(r.probes) == 1  # no queueing at the start rate: halving cannot help
+    assert r.status == "unmet" and len(r.probes) == 1  # TTFT net of queueing misses: halving cannot help
     assert r.req_per_s != r.req_per_s and r.lo_req_per_s is None  # NaN: nothing passed
     assert "no rate meets the SLO" in r.message and "TTFT p99" in r.message
-    assert "service time itself misses the SLO" in r.message
+    assert r.probes[0].service_misses_slo and "service time itself misses it" in r.message
+
+
+def test_an_engine_that_does_not_start_ends_the_search_with_the_error(tmp_path):
+    class NoStart:
+        def __init__(self, engine):
+            self.engine = engine
+
+        async def start(self):
+            raise RuntimeError("no device here")
+
+        async def stop(self):
+            pass
+
+    r = capacity(planted(10.0), workload(50.0), GENEROUS, tmp_path, wrap_engine=NoStart)
+    assert r.status == "failed" and len(r.probes) == 1 and "no device here" in r.message
+    assert (tmp_path / "probes.jsonl").read_text().count("\n") == 1  # the failed probe is kept too
