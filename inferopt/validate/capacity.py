@@ -205,7 +205,7 @@ def workload_rate_per_s(workload: WorkloadConfig) -> float:
     if len(offsets) < 2 or span_s <= 0:
         raise ValueError(
             f"workload {workload.name!r}: its trace has no time span (fewer than 2 rows or one timestamp), so it "
-            "has no rate to scale; fix: a trace with timestamps, or give CapacityBudget.start_req_per_s"
+            "has no arrival rate to scale; fix: a trace with at least two distinct timestamps"
         )
     return (len(offsets) - 1) / span_s
 

@@ -10,7 +10,15 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from inferopt.config import ConstantArrivals, FakeSystem, LengthConfig, PoissonArrivals, SLOConfig, WorkloadConfig
+from inferopt.config import (
+    ConstantArrivals,
+    FakeSystem,
+    LengthConfig,
+    PoissonArrivals,
+    SLOConfig,
+    TraceConfig,
+    WorkloadConfig,
+)
 from inferopt.config.systems import BatchingKnobs
 from inferopt.report.plots import capacity_curve
 from inferopt.validate.capacity import (
@@ -22,6 +30,7 @@ from inferopt.validate.capacity import (
     probe_table,
     probe_workload,
     saturation_reasons,
+    workload_rate_per_s,
 )
 
 GENEROUS = SLOConfig(ttft_p99_ms=60_000, tpot_p95_ms=60_000)
@@ -115,6 +124,18 @@ def test_bad_budgets_are_refused_with_the_fix():
             CapacityBudget(**kwargs)
     with pytest.raises(ValueError, match="empty rate range.*workload's own rate"):
         capacity(planted(10.0), workload(50.0), GENEROUS, "unused", budget=CapacityBudget(max_req_per_s=20.0))
+
+
+def test_a_trace_is_scaled_from_its_own_rate_and_one_without_a_span_is_refused(tmp_path):
+    rows = [{"timestamp": t, "input_len": 8, "output_len": 2} for t in (10.0, 10.5, 11.0, 12.0)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = WorkloadConfig(name="tr", trace=TraceConfig(path=str(tmp_path / "t.jsonl")))
+    assert workload_rate_per_s(trace) == pytest.approx(1.5)  # 3 gaps over 2 s
+    doubled = probe_table(probe_workload(trace, 3.0, 1.5, None, 0), 3.0)
+    assert doubled["arrival_offset_s"].max() == pytest.approx(1.0) and len(doubled) == 4
+    (tmp_path / "one.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    with pytest.raises(ValueError, match="no time span.*two distinct timestamps"):
+        workload_rate_per_s(WorkloadConfig(name="one", trace=TraceConfig(path=str(tmp_path / "one.jsonl"))))
 
 
 def test_probe_keeps_the_mix_and_realises_the_offered_rate():
