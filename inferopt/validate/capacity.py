@@ -29,6 +29,7 @@ from inferopt.config import AnySystem, ScenarioConfig, SLOConfig, WorkloadConfig
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
+from inferopt.measure.slo import RequestSLO
 from inferopt.validate.judge import check_slo
 from inferopt.validate.scenarios import scenario_workload
 from inferopt.workload.build import build_workload, workload_hash
@@ -102,6 +103,7 @@ class Probe:
     duration_s: float = _NAN
     achieved_req_per_s: float = _NAN  # successful requests per second of the run
     goodput_req_per_s: float = _NAN  # requests meeting every per-request SLO bound per second (failures: misses)
+    goodput_tok_per_s: float = _NAN  # their output tokens per second
     slo_attainment: float = _NAN  # share of all requests meeting every per-request SLO bound
     served_ratio: float = _NAN  # completions per arrival while the load arrived (1 = keeping up)
     failure_rate: float = _NAN  # timeout + rejected + error
@@ -233,15 +235,6 @@ def probe_table(wl: WorkloadConfig, rate_per_s: float) -> pd.DataFrame:
     return table
 
 
-def _meets_slo(phases: pd.DataFrame, slo: SLOConfig) -> np.ndarray:
-    """Per request: ok and within every per-request SLO bound (a one-token output has no TPOT to miss)."""
-    ok = (phases["outcome"] == "ok").to_numpy()
-    tpot = pd.to_numeric(phases["tpot_ms"], errors="coerce").fillna(0.0).to_numpy(float)
-    e2e_ms = slo.e2e_p99_ms if slo.e2e_p99_ms is not None else math.inf
-    within = (phases["ttft_ms"].to_numpy(float) <= slo.ttft_p99_ms) & (tpot <= slo.tpot_p95_ms)
-    return ok & within & (phases["e2e_ms"].to_numpy(float) <= e2e_ms)
-
-
 def served_ratio(run: MeasuredRun) -> float:
     """Completions (any outcome) per arrival while the load arrived: of the requests sent by the last intended
     send time, how many had finished by then, over n - 1 (the last one has only just arrived)."""
@@ -314,22 +307,24 @@ def summarize_probe(
     slo: SLOConfig,
     budget: CapacityBudget,
     prev: Probe | None,
+    req_slo: RequestSLO,
 ) -> Probe:
-    """The probe's row: the rate/latency point, goodput, saturation and the SLO verdict with reasons.
-    `where`: (index, phase, offered rate, records path)."""
+    """The probe's row: the rate/latency point, goodput (`measure.slo`, failures in the denominator),
+    saturation and the SLO verdict with reasons. `where`: (index, phase, offered rate, records path)."""
     index, phase, rate_per_s, path = where
     if run.failed:
         first = (run.error or "unknown error").splitlines()[0]
         return Probe(index, phase, rate_per_s, False, (f"run failed: {first}",), path, failed_at=run.failed_at or "run")
     m = {**headline(run.phases, run.duration_s), "offered": rate_per_s}
     slo_ok, reasons = check_slo(m, slo)
-    met = _meets_slo(run.phases, slo)
+    att = req_slo.attainment(run.phases, run.duration_s)
     served = served_ratio(run)
     quarters = queue_quarters_ms(run)
     sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev)
     unqueued = unqueued_miss(run.phases, slo)
-    goodput = float(met.sum()) / max(run.duration_s, 1e-9)
-    reasons += [*sat, *unqueued, f"goodput {goodput:.3g} req/s ({met.mean():.1%} of requests within every SLO bound)"]
+    goodput = att.get("goodput_req_per_s", 0.0)
+    attained = att.get("slo_attainment", math.nan)
+    reasons += [*sat, *unqueued, f"goodput {goodput:.3g} req/s ({attained:.1%} of requests within every SLO bound)"]
     latencies = {k: m[k] for k in _LATENCY_FIELDS}
     return Probe(
         index,
@@ -342,7 +337,8 @@ def summarize_probe(
         duration_s=run.duration_s,
         achieved_req_per_s=m["ok_req_per_s"],
         goodput_req_per_s=goodput,
-        slo_attainment=float(met.mean()),
+        goodput_tok_per_s=att.get("goodput_tok_per_s", 0.0),
+        slo_attainment=attained,
         served_ratio=served,
         failure_rate=1.0 - m["ok_rate"],
         queue_growth_ms=quarters[1] - quarters[0],
@@ -399,7 +395,7 @@ def _run_probe(s: _Search, index: int, phase: ProbePhase, rate: float, seed: int
         prompt_seed=wl.seed,
         **s.run_kwargs,
     )
-    probe = summarize_probe(run, (index, phase, rate, str(path)), s.slo, s.budget, prev)
+    probe = summarize_probe(run, (index, phase, rate, str(path)), s.slo, s.budget, prev, RequestSLO.of(wl, s.slo))
     with (s.out_dir / "probes.jsonl").open("a") as fh:
         fh.write(json.dumps(probe.row(), default=str) + "\n")
     return probe

@@ -188,6 +188,8 @@ def test_every_probe_keeps_its_records_and_row(planted_search):
         assert len(Path(p.records_path).read_text().splitlines()) == p.requests == 40
     table = r.table()
     assert table["offered_req_per_s"].is_monotonic_increasing and len(table) == len(r.probes)
+    for p in r.probes:  # a minute's bounds: every served request counts toward goodput
+        assert p.goodput_req_per_s == pytest.approx(p.achieved_req_per_s) and p.slo_attainment == 1.0
     for col in ("goodput_req_per_s", "slo_attainment", "ttft_ms_p50", "tpot_ms_p95", "e2e_ms_p99", "queue_ms_p99"):
         assert table[col].notna().all(), col
     fig = capacity_curve(table, r.slo_bounds_ms, (r.lo_req_per_s, r.hi_req_per_s))
@@ -215,6 +217,7 @@ def test_an_slo_no_rate_meets_says_so(tmp_path):
     assert r.req_per_s != r.req_per_s and r.lo_req_per_s is None  # NaN: nothing passed
     assert "no rate meets the SLO" in r.message and "TTFT p99" in r.message
     assert r.probes[0].service_misses_slo and "service time itself misses it" in r.message
+    assert r.probes[0].goodput_req_per_s == 0.0 and r.probes[0].slo_attainment == 0.0  # every request misses TTFT
 
 
 def test_an_engine_that_does_not_start_ends_the_search_with_the_error(tmp_path):
