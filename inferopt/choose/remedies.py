@@ -77,7 +77,7 @@ CATALOGUE: tuple[Remedy, ...] = (
     ),
     Remedy(
         name="batch_size",
-        targets=("bandwidth", "host_overhead"),
+        targets=("queueing", "bandwidth", "host_overhead"),
         config_fields=(
             "batching.max_batch_size",
             "batching.max_batch_tokens",
@@ -89,7 +89,7 @@ CATALOGUE: tuple[Remedy, ...] = (
         spec="C2",
         risk="more KV memory per step and longer waits to fill a batch (TTFT); batch-dependent numerics",
         effect="more weight reuse per decode step (higher arithmetic intensity), per-step overhead "
-        "amortised over more sequences",
+        "amortised over more sequences: a higher service rate, so shorter queues at the same load",
     ),
     Remedy(
         name="batch_wait_window",
@@ -137,6 +137,16 @@ CATALOGUE: tuple[Remedy, ...] = (
         risk="block-table overhead; eviction/preemption policy can add recompute latency",
         effect="fixed-size blocks: less fragmentation, shared prefixes, flexible eviction — manages KV, "
         "does not shrink it",
+    ),
+    Remedy(
+        name="kv_budget",
+        targets=("kv_capacity",),
+        config_fields=("kv_cache_memory_bytes", "gpu_memory_utilization", "max_num_seqs"),
+        changes_outputs=False,
+        spec="K1",
+        risk="a bigger KV budget takes memory from elsewhere (activations, other processes); fewer running "
+        "sequences lower throughput and lengthen the queue",
+        effect="more KV blocks, or fewer sequences sharing them: fewer preemptions and recomputed prefills",
     ),
     Remedy(
         name="kv_quantization",

@@ -188,7 +188,7 @@ def next_probe(
     if hi is None:  # every probe passed: double, up to the ceiling
         ceiling = budget.max_req_per_s or math.inf
         return (min(2.0 * lo, ceiling), "double") if lo < ceiling else None
-    if lo is None:  # every probe failed: halve, unless the lowest failure had no queueing
+    if lo is None:  # every probe failed: halve, unless even net of queue wait the lowest one misses
         lowest = min((p for p in probes if not p.passed), key=lambda p: p.offered_req_per_s)
         halvings = sum(p.phase == "halve" for p in probes)
         return None if halvings >= budget.max_halvings or lowest.service_misses_slo else (hi / 2.0, "halve")
