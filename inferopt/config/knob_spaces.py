@@ -1,5 +1,5 @@
-"""Each engine's declared knob spaces: for every lever a system config of that engine has, the remedy it
-expresses (a `inferopt.choose.remedies` catalogue name) and the small set of values a search may try.
+"""Each engine's declared knob spaces: for levers a system config of that engine has (fields among its
+`capabilities.knobs`), the remedy each expresses (a `choose.remedies` name) and the few values a search may try.
 
 Values are absolute (`values`) or multiples of the baseline's own value (`scales`, for sizes: twice the KV
 budget, half the running sequences); `none_means` is the engine's default when the baseline leaves the field

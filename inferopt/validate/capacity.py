@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from inferopt.config import AnySystem, ScenarioConfig, SLOConfig, WorkloadConfig
+from inferopt.engines import EngineFactory, make_engine
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
@@ -315,15 +316,13 @@ def summarize_probe(
     if run.failed:
         first = (run.error or "unknown error").splitlines()[0]
         return Probe(index, phase, rate_per_s, False, (f"run failed: {first}",), path, failed_at=run.failed_at or "run")
-    m = {**headline(run.phases, run.duration_s), "offered": rate_per_s}
+    m = {**headline(run.phases, run.duration_s, req_slo), "offered": rate_per_s}
     slo_ok, reasons = check_slo(m, slo)
-    att = req_slo.attainment(run.phases, run.duration_s)
     served = served_ratio(run)
     quarters = queue_quarters_ms(run)
     sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev)
     unqueued = unqueued_miss(run.phases, slo)
-    goodput = att.get("goodput_req_per_s", 0.0)
-    attained = att.get("slo_attainment", math.nan)
+    goodput, attained = m.get("goodput_req_per_s", 0.0), m.get("slo_attainment", math.nan)
     reasons += [*sat, *unqueued, f"goodput {goodput:.3g} req/s ({attained:.1%} of requests within every SLO bound)"]
     latencies = {k: m[k] for k in _LATENCY_FIELDS}
     return Probe(
@@ -337,7 +336,7 @@ def summarize_probe(
         duration_s=run.duration_s,
         achieved_req_per_s=m["ok_req_per_s"],
         goodput_req_per_s=goodput,
-        goodput_tok_per_s=att.get("goodput_tok_per_s", 0.0),
+        goodput_tok_per_s=m.get("goodput_tok_per_s", 0.0),
         slo_attainment=attained,
         served_ratio=served,
         failure_rate=1.0 - m["ok_rate"],
@@ -418,10 +417,12 @@ def capacity(
     run_tag: str = "",
     warmup_requests: int = 0,
     wrap_engine: Callable[[Any], Any] | None = None,
+    engine_factory: EngineFactory = make_engine,
 ) -> CapacityResult:
     """The highest arrival rate at which `system` meets `slo` on `workload`'s mix, with its bracket (see the
     module docstring). A bad budget or an empty rate range raises ValueError before anything runs; running
-    out of budget, an SLO no rate meets and an engine that does not start are results that say so."""
+    out of budget, an SLO no rate meets and an engine that does not start are results that say so.
+    `engine_factory` and `wrap_engine` reach every probe's `run_system` (tests inject engines through them)."""
     base_rate = workload_rate_per_s(workload)
     start = budget.start_req_per_s or base_rate
     if budget.max_req_per_s is not None and budget.max_req_per_s < start:
@@ -440,7 +441,7 @@ def capacity(
         base_rate,
         RunTags(run_tag=run_tag, arm=arm),
         warmup_requests,
-        {"wrap_engine": wrap_engine} if wrap_engine is not None else {},
+        {"wrap_engine": wrap_engine, "engine_factory": engine_factory},
     )
     probes: list[Probe] = []
     while (nxt := next_probe(probes, start, budget)) is not None:

@@ -29,6 +29,7 @@ def test_every_declared_space_names_a_catalogue_remedy_covering_a_real_field(sys
         remedy = by_name[space.remedy]
         assert any(space.field == f or space.field.startswith(f + ".") for f in remedy.config_fields), space
         current_value(system, space.field)  # the field exists
+        assert space.field.split(".")[0] in system.capabilities.knobs  # and is a lever the system declares
         kept, dropped = points(system, space)
         for value, s in kept:  # each point changes exactly that field, to that value
             assert changed_fields(system, s) == {space.field: (current_value(system, space.field), value)}
