@@ -60,14 +60,14 @@ def main() -> int:
     print(f"[measure] {json.dumps({k: round(v, 2) for k, v in m.headline.items()})}")
     print(f"[measure] decomposition {m.decomposition}")
     loc = locate_step(cand, m.phases, profile=True)
-    print(f"[locate] {loc.verdict.cause} ({loc.verdict.confidence:.2f}): {loc.verdict.rule}")
+    print(f"[locate] {loc.diagnosis.cause} ({loc.diagnosis.confidence:.2f}): {loc.diagnosis.rule}")
     print(loc.measured.to_string())
     if loc.profile is not None:  # the op profile's CUDA path (device time per category) only runs here
         print(loc.profile.ops.to_string())
         print(f"[profile] {loc.profile.settings} {loc.profile.resources}")
     elif loc.profile_error:
         print(f"[profile] FAILED: {loc.profile_error}")
-    ch = choose(loc.verdict.cause, dict(cand.changes))
+    ch = choose(loc.diagnosis.cause, dict(cand.changes))
     print(f"[choose] matches={ch.matches} warning={ch.warning}")
     ab = ablate(cand, out / "ablate")
     print(
@@ -91,7 +91,7 @@ def main() -> int:
         },
         "measure": {k: m.headline[k] for k in ("ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "output_tok_per_s")},
         "decomposition_adds_up": m.decomposition["adds_up"],
-        "cause": loc.verdict.cause,
+        "cause": loc.diagnosis.cause,
         "measured_roofline": loc.measured[["phase", "measured_ms", "roofline_min_ms", "mfu", "mbu"]].to_dict("records"),
         "ablation": {r.metric: [r.ratio, r.ratio_lo, r.ratio_hi] for r in ab.effects.itertuples()},
         "arm_verdict": ab.verdicts["candidate"]["verdict"],

@@ -54,7 +54,7 @@ def run_case(path: str | Path, profile: bool = True) -> dict:
     loc = locate_step(
         cfg, m.phases, profile=profile, server_metrics=m.run.server_metrics, engine_info=m.run.engine_info
     )
-    v = loc.verdict
+    v = loc.diagnosis
     choice = choose(v.cause, dict(cfg.changes))
     return {
         "verdict": v,

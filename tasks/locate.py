@@ -37,7 +37,7 @@ def locate_task(candidate: CandidateConfig, measured: MeasureResult, tracker: Tr
     )
     tracker.params({"hardware": result.hardware.to_dict()}, LOCATE)
     log_profile(result, tracker)
-    v = result.verdict
+    v = result.diagnosis
     tracker.tags({"inferopt.cause": v.cause}, LOCATE)
     tracker.metrics({"confidence": v.confidence}, LOCATE)
     tracker.json(v.to_dict(), "bottleneck.json", LOCATE)
@@ -105,7 +105,7 @@ def log_profile(result: LocateResult, tracker: Tracker) -> None:
 @task(name="choose", task_run_name="choose: does the candidate match the cause?")
 def choose_task(candidate: CandidateConfig, located: LocateResult, tracker: Tracker) -> Choice:
     tracker.child(CHOOSE, tags={"inferopt.step": "choose"})
-    choice = choose(located.verdict.cause, dict(candidate.changes))
+    choice = choose(located.diagnosis.cause, dict(candidate.changes))
     tracker.json(choice.to_dict(), "choice.json", CHOOSE)
     tracker.tags(
         {

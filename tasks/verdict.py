@@ -37,9 +37,9 @@ def verdict_task(
             "workload_hash": measured.workload.attrs.get("content_hash"),
         },
         "locate": {
-            "cause": located.verdict.cause,
-            "confidence": located.verdict.confidence,
-            "rule": located.verdict.rule,
+            "cause": located.diagnosis.cause,
+            "confidence": located.diagnosis.confidence,
+            "rule": located.diagnosis.rule,
         },
         "choose": {"matches": choice.matches, "quality_gate_required": choice.quality_gate_required},
         "ablate": {"effects": ablation.effects.to_dict("records") if len(ablation.effects) else []},
@@ -81,7 +81,7 @@ def verdict_task(
         quality_reasons=gate.quality_reasons,
         cost_status=gate.cost_status,
         cost_reasons=gate.cost_reasons,
-        locate_cause=located.verdict.cause,
+        locate_cause=located.diagnosis.cause,
         choice_warning=choice.warning,
         evidence=evidence,
         lint=findings,
@@ -100,7 +100,7 @@ def verdict_task(
     tracker.tags(
         {
             "inferopt.verdict": verdict.decision,
-            "inferopt.cause": located.verdict.cause,
+            "inferopt.cause": located.diagnosis.cause,
             "inferopt.arm_verdict": arm["verdict"],
         }
     )

@@ -44,7 +44,7 @@ _PHASE_CAUSE = {"queue": "queueing", "context": "host_overhead"}
 
 
 @dataclass
-class Verdict:
+class Diagnosis:
     """The located cause, how sure, the rule that fired (as text), every check's numbers, and the
     per-slice breakdown."""
 
@@ -70,8 +70,8 @@ def locate(
     kv: pd.DataFrame,
     knobs: dict[str, Any],
     op_breakdown: pd.DataFrame | None = None,
-) -> Verdict:
-    """The verdict for one measured run, by the rules of the module docstring (thresholds: the constants above).
+) -> Diagnosis:
+    """The diagnosis for one measured run, by the rules of the module docstring (thresholds: the constants above).
 
     `phases`: one row per request, times in ms (`inferopt.measure.phases.phase_table` with the
     `inferopt.measure.slices` buckets): outcome, input_len, output_len, cached_tokens, queue_ms, context_ms,
@@ -85,7 +85,7 @@ def locate(
     evidence: list[dict[str, Any]] = []
     n = len(phases)
     if n == 0:
-        return Verdict("none", 0.0, "no requests: nothing to locate", evidence, _empty_slices())
+        return Diagnosis("none", 0.0, "no requests: nothing to locate", evidence, _empty_slices())
     ok = phases[phases["outcome"] == "ok"]
     per_slice = _per_slice(ok, roofline)
 
@@ -94,13 +94,13 @@ def locate(
     # 2. queueing
     q_fire, q_conf, q_rule = _queue_check(phases, ok, evidence)
     if kv_fire:
-        return Verdict("kv_capacity", kv_conf, kv_rule, evidence, per_slice)
+        return Diagnosis("kv_capacity", kv_conf, kv_rule, evidence, per_slice)
     if q_fire:
-        return Verdict("queueing", q_conf, q_rule, evidence, per_slice)
+        return Diagnosis("queueing", q_conf, q_rule, evidence, per_slice)
 
     # rule 4 before the split: nothing to split
     if ok.empty:
-        return Verdict("none", 0.0, "no successful request with phase timings: nothing to locate", evidence, per_slice)
+        return Diagnosis("none", 0.0, "no successful request with phase timings: nothing to locate", evidence, per_slice)
 
     # rule 3: where the time goes, then the roofline of the dominant phase
     shares = _shares(ok)
@@ -120,7 +120,7 @@ def locate(
         )
     if top in _PHASE_CAUSE:
         cause = _PHASE_CAUSE[top]
-        return Verdict(
+        return Diagnosis(
             cause,
             _conf(dom_margin),  # type: ignore[arg-type]
             f"{top} is the largest share of E2E ({shares[top]:.0%}, next {second} {shares[second]:.0%}) -> {cause}",
@@ -130,7 +130,7 @@ def locate(
     cause, conf, rule = _phase_cause(top, ok, roofline, evidence, op_breakdown)
     conf = min(conf, _conf(dom_margin))
     rule = f"{top} is the largest share of E2E ({shares[top]:.0%}, next {second} {shares[second]:.0%}); {rule}"
-    return Verdict(cause, conf, rule, evidence, per_slice)  # type: ignore[arg-type]
+    return Diagnosis(cause, conf, rule, evidence, per_slice)  # type: ignore[arg-type]
 
 
 def roofline_points(phases: pd.DataFrame) -> list[dict[str, Any]]:

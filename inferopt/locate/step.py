@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from inferopt.config import AnySystem, CandidateConfig
-from inferopt.locate.bottleneck import Verdict, locate, roofline_points
+from inferopt.locate.bottleneck import Diagnosis, locate, roofline_points
 from inferopt.locate.hardware import HardwareProfile, load_hardware
 from inferopt.locate.kv import kv_budget_bytes, kv_bytes_per_token, kv_table
 from inferopt.locate.kv_vllm import kv_comparison
@@ -43,7 +43,7 @@ class LocateResult:
     roofline: pd.DataFrame  # ceilings per phase operating point
     measured: pd.DataFrame  # the same points with achieved FLOP/s and bandwidth from measured times
     kv: pd.DataFrame
-    verdict: Verdict
+    diagnosis: Diagnosis
     profile: PhaseProfile | None = None  # the op breakdown, when profiled
     profile_error: str | None = None  # why the profile pass failed, when it did
     kv_vllm: pd.DataFrame = field(default_factory=pd.DataFrame)  # our KV math vs vLLM's report (vLLM baselines)
@@ -181,14 +181,14 @@ def locate_step(
         knobs["kv_cache_usage_frac_max"] = float(gauges["kv_cache_usage_perc_max"])
     if "num_requests_running_max" in gauges:
         knobs["observed_concurrency"] = float(gauges["num_requests_running_max"])
-    verdict = locate(phases, roof, kv, knobs, op_breakdown=prof.ops if prof is not None else None)
+    diagnosis = locate(phases, roof, kv, knobs, op_breakdown=prof.ops if prof is not None else None)
     return LocateResult(
         hardware=hw,
         dims=dims,
         roofline=roof,
         measured=measured,
         kv=kv,
-        verdict=verdict,
+        diagnosis=diagnosis,
         profile=prof,
         profile_error=prof_error,
         kv_vllm=kv_vllm,

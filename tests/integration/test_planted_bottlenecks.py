@@ -44,7 +44,7 @@ def _fired(verdict, check: str) -> dict:
 
 def test_queue_bound_is_queueing(tmp_path: Path) -> None:
     cfg, m, loc = _locate("queue-bound", tmp_path)
-    v = loc.verdict
+    v = loc.diagnosis
     assert v.cause == "queueing", v.rule
     assert _fired(v, "queue.share_of_tail_ttft")["fired"]
     assert choose(v.cause, dict(cfg.changes)).matches  # admission control serves queueing
@@ -52,7 +52,7 @@ def test_queue_bound_is_queueing(tmp_path: Path) -> None:
 
 def test_prefill_bound_is_compute(tmp_path: Path) -> None:
     cfg, m, loc = _locate("prefill-bound", tmp_path)
-    v = loc.verdict
+    v = loc.diagnosis
     assert v.cause == "compute", v.rule
     assert _fired(v, "time_share.prefill")["fired"]
     assert not _fired(v, "roofline.prefill.efficiency")["fired"]  # near the roof: not host overhead
@@ -67,7 +67,7 @@ def test_prefill_bound_is_compute(tmp_path: Path) -> None:
 
 def test_decode_bound_is_bandwidth_and_says_how_much_is_host(tmp_path: Path) -> None:
     cfg, m, loc = _locate("decode-bound", tmp_path)
-    v = loc.verdict
+    v = loc.diagnosis
     assert v.cause == "bandwidth", v.rule
     assert _fired(v, "time_share.decode")["fired"]
     host = _fired(v, "profile.decode.host_share")
@@ -83,7 +83,7 @@ def test_kv_bound_on_vllm_is_kv_capacity(tmp_path: Path) -> None:
     m = measure(cfg, tmp_path, run_tag="planted")
     assert (m.phases["outcome"] == "ok").all(), m.phases["outcome"].value_counts()
     loc = locate_step(cfg, m.phases, server_metrics=m.run.server_metrics, engine_info=m.run.engine_info)
-    v = loc.verdict
+    v = loc.diagnosis
     assert v.cause == "kv_capacity", v.rule
     assert _fired(v, "kv.preemptions")["fired"]  # the server's counter moved during the run
     ceiling = _fired(v, "kv.concurrency_ceiling")  # our math: ~2 sequences fit, the load asks for more

@@ -22,7 +22,7 @@ def test_locate_runs_on_a_vllm_baseline() -> None:
     assert not run.failed
     res = locate_step(cand, run.phases, server_metrics={"num_preemptions_total": 0.0})
     assert res.dims is not None and len(res.roofline) and len(res.kv)
-    assert res.verdict.cause
+    assert res.diagnosis.cause
     assert max_batch_size(cand.baseline) == 16
     assert max_batch_size(cand.baseline.model_copy(update={"max_num_seqs": None})) == 256
 
