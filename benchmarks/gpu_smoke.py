@@ -94,7 +94,7 @@ def main() -> int:
         "cause": loc.diagnosis.cause,
         "measured_roofline": loc.measured[["phase", "measured_ms", "roofline_min_ms", "mfu", "mbu"]].to_dict("records"),
         "ablation": {r.metric: [r.ratio, r.ratio_lo, r.ratio_hi] for r in ab.effects.itertuples()},
-        "arm_verdict": ab.verdicts["candidate"]["verdict"],
+        "arm_verdict": ab.verdicts["candidate"].verdict,
         "scenarios": {r["scenario"]: bool(r["passed"]) for r in table.to_dict("records")},
         "served_agreement": served.get("token_agreement"),
         "fp32_bf16_mean_kl": drift.get("mean_kl"),

@@ -61,9 +61,9 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
             {"system": arm.system.model_dump(mode="json"), "changes": arm.changes or "none", "role": arm.role}, name
         )
         v = result.verdicts.get(arm.name)
-        tracker.tags({"inferopt.arm_verdict": v["verdict"] if v else "baseline"}, name)
+        tracker.tags({"inferopt.arm_verdict": v.verdict if v else "baseline"}, name)
         if v:
-            tracker.json(v, "arm_verdict.json", name)
+            tracker.json(v.to_dict(), "arm_verdict.json", name)
         if len(result.effects) and arm.name in set(result.effects["arm"]):
             mine = result.effects[result.effects["arm"] == arm.name]
             tracker.table(mine, "effects.parquet", name)
@@ -79,11 +79,9 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
         if spec is not None and len(spec):  # SPEC K5: acceptance, tokens per round, speed-up predicted vs measured
             tracker.metrics({f"speculative.{k}": v for k, v in spec.iloc[0].to_dict().items()}, name)
             tracker.json(spec.iloc[0].to_dict(), "speculative.json", name)
-        rows = result.trials[result.trials["arm"] == arm.name] if len(result.trials) else result.trials
         if arm.name in result.skipped:
             tracker.params({"skip_reason": result.skipped[arm.name]}, name)
-        crashed = bool((rows["failed"] & ~rows["skipped"]).any()) if len(rows) else arm.name not in result.skipped
-        tracker.finish(name, status="FAILED" if crashed else "FINISHED")
+        tracker.finish(name, status="FAILED" if result.crashed(arm.name) else "FINISHED")
     log_records(tracker, [r for run in result.runs for r in run.records], STEP)
     tracker.table(result.trials.drop(columns=["phases"]), "trials.parquet", STEP)
     tracker.table(result.trial_headlines(), "trial_headlines.parquet", STEP)
@@ -107,7 +105,7 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
             )
     if len(result.speculative):
         tracker.table(result.speculative, "speculative.parquet", STEP)
-    tracker.json(result.verdicts, "arm_verdicts.json", STEP)
+    tracker.json(result.verdicts_doc(), "arm_verdicts.json", STEP)
     # the sequential test: every look (per arm and target metric), the alpha spent, why it stopped
     tracker.json(result.stopping, "stopping.json", STEP)
     tracker.params({f"stopping.{k}": v for k, v in result.stopping.items()}, STEP)

@@ -23,11 +23,7 @@ def gate_task(
     candidate: CandidateConfig, ablation: AblationResult, located: LocateResult, choice: Choice, tracker: Tracker
 ) -> GateResult:
     tracker.child(STEP, tags={"inferopt.step": "gate"})
-    records = {
-        arm: [r for run in ablation.runs if run.tags.arm == arm for r in run.records]
-        for arm in ("baseline", "candidate")
-    }
-    served = served_agreement(records["baseline"], records["candidate"])
+    served = served_agreement(ablation.records("baseline"), ablation.records("candidate"))
     try:
         drift = next_token_drift(candidate.baseline, candidate.candidate_system, candidate.gate)
     except Exception as exc:  # noqa: BLE001 - a failed check is evidence, not a crash

@@ -29,7 +29,7 @@ def verdict_task(
     gate: GateResult,
     tracker: Tracker,
 ) -> Verdict:
-    arm = ablation.verdicts.get("candidate", {"verdict": "failed", "reasons": ["candidate arm missing"]})
+    arm = ablation.candidate_verdict
     evidence = {
         "measure": {
             "headline": measured.headline,
@@ -72,8 +72,8 @@ def verdict_task(
         if f.severity != "note":
             print(f"[lint] {f}")
     verdict = decide(
-        ablation_verdict=arm["verdict"],
-        ablation_reasons=arm["reasons"],
+        ablation_verdict=arm.verdict,
+        ablation_reasons=list(arm.reasons),
         scenarios_passed={s.scenario.name: s.passed for s in scenarios},
         scenario_reasons={s.scenario.name: s.reasons for s in scenarios},
         quality_status=gate.quality_status,
@@ -101,7 +101,7 @@ def verdict_task(
         {
             "inferopt.verdict": verdict.decision,
             "inferopt.cause": located.diagnosis.cause,
-            "inferopt.arm_verdict": arm["verdict"],
+            "inferopt.arm_verdict": arm.verdict,
         }
     )
     return verdict

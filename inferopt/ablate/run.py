@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from inferopt.ablate.arm_verdicts import ArmVerdict, arm_verdicts, missing_candidate
 from inferopt.ablate.availability import start_failure_reason, unavailable_reason
 from inferopt.ablate.compare import (
     METRICS,
-    arm_verdict,
     compare_arms,
     interaction_reason,
     interaction_table,
@@ -49,6 +49,7 @@ from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline
 from inferopt.measure.slo import RequestSLO
+from inferopt.records import RequestRecord
 from inferopt.workload.build import build_workload
 
 SystemForTrial = Callable[[Arm, Trial], AnySystem]
@@ -60,7 +61,7 @@ class AblationResult:
     order: list[Trial]  # the trials that were planned and reached (not those after a stop)
     trials: pd.DataFrame  # arm, repeat, order, duration_s, failed, skipped, failed_at, error, phases
     effects: pd.DataFrame  # one row per (arm, metric), the A/A arm included, at the final look
-    verdicts: dict[str, dict]  # arm -> {"verdict", "reasons", "error", "role", "alpha", "repeats"}
+    verdicts: dict[str, ArmVerdict]  # every arm but the baseline
     runs: list[MeasuredRun] = field(default_factory=list)
     looks: pd.DataFrame = field(default_factory=pd.DataFrame)  # a row per (look, arm, target metric)
     stopping: dict[str, Any] = field(default_factory=dict)  # design, looks, alpha per look, why it stopped
@@ -81,6 +82,27 @@ class AblationResult:
             if not r.failed
         ]
         return pd.DataFrame(rows)
+
+    def crashed(self, arm: str) -> bool:
+        """Whether `arm` crashed: a trial of it failed other than by being unavailable here, or it has no trial
+        at all without a skip reason (it never got to run)."""
+        rows = self.trials[self.trials["arm"] == arm] if len(self.trials) else self.trials
+        if not len(rows):
+            return arm not in self.skipped
+        return bool((rows["failed"] & ~rows["skipped"]).any())
+
+    @property
+    def candidate_verdict(self) -> ArmVerdict:
+        """The candidate arm's verdict; a missing one reads as failed (the verdict must never accept it)."""
+        return self.verdicts.get(CANDIDATE) or missing_candidate()
+
+    def records(self, arm: str) -> list[RequestRecord]:
+        """Every request record of `arm`'s trials, in trial order."""
+        return [r for run in self.runs if run.tags.arm == arm for r in run.records]
+
+    def verdicts_doc(self) -> dict[str, dict[str, Any]]:
+        """`arm_verdicts.json`: arm -> its verdict as a document."""
+        return {name: v.to_dict() for name, v in self.verdicts.items()}
 
 
 def fresh_fake_noise(arm: Arm, trial: Trial) -> AnySystem:
@@ -254,7 +276,7 @@ def ablate(
             "resources",
         ],
     )
-    verdicts = _verdicts(arms, effects, failed, skipped, candidate.target_metrics, alpha, repeats_done)
+    verdicts = arm_verdicts(arms, effects, failed, skipped, candidate.target_metrics, alpha, repeats_done)
     noise_suspicious = AA in effects and bool(effects[AA]["significant"].any())
     if noise_suspicious:
         moved = effects[AA][effects[AA]["significant"]]["metric"].tolist()
@@ -262,8 +284,7 @@ def ablate(
             f"noise suspicious: the A/A arm (the baseline against itself) shows a significant difference on "
             f"{', '.join(moved)} at alpha {alpha:.3g}; this run's effects may be false alarms"
         )
-        for v in verdicts.values():
-            v["reasons"].append(note)
+        verdicts = {name: v.with_reasons(note) for name, v in verdicts.items()}
     interactions = pd.DataFrame()
     singles = [a.name for a in arms if a.role == "single"]
     if len(singles) >= 2 and all(n in effects for n in [*singles, CANDIDATE]):
@@ -281,7 +302,7 @@ def ablate(
         )
         for _, r in interactions.iterrows():
             if r["flagged"]:
-                verdicts[CANDIDATE]["reasons"].append(interaction_reason(r))
+                verdicts[CANDIDATE] = verdicts[CANDIDATE].with_reasons(interaction_reason(r))
     stopping = {
         "design": "sequential" if settings.sequential else "fixed",
         "correction": "bonferroni over planned looks" if settings.sequential else "none (one look)",
@@ -373,37 +394,3 @@ def _look_rows(
                 }
             )
     return rows
-
-
-def _verdicts(
-    arms: list[Arm],
-    effects: dict[str, pd.DataFrame],
-    failed: dict[str, str],
-    skipped: dict[str, str],
-    targets: tuple[str, ...],
-    alpha: float,
-    repeats: int,
-) -> dict[str, dict]:
-    verdicts: dict[str, dict] = {}
-    for arm in arms:
-        if arm.role == "baseline":
-            continue
-        base = {"role": arm.role, "alpha": alpha, "repeats": repeats, "error": None}
-        if arm.name in skipped or BASELINE in skipped:
-            which = arm.name if arm.name in skipped else BASELINE
-            reason = skipped[which] if which == arm.name else f"the baseline cannot run here: {skipped[BASELINE]}"
-            verdicts[arm.name] = {**base, "verdict": "skipped", "reasons": [f"skipped: {reason}"]}
-        elif arm.name in failed or BASELINE in failed:
-            which = arm.name if arm.name in failed else BASELINE
-            verdicts[arm.name] = {
-                **base,
-                "verdict": "failed",
-                "error": failed[which],
-                "reasons": [f"{which} arm failed: {failed[which].splitlines()[0]}"],
-            }
-        else:
-            verdict, reasons = arm_verdict(effects[arm.name], targets)
-            if arm.role == "aa" and not effects[arm.name]["significant"].any():
-                reasons = ["A/A (baseline vs itself): no metric moved beyond noise, as it should"]
-            verdicts[arm.name] = {**base, "verdict": verdict, "reasons": reasons}
-    return verdicts

@@ -138,4 +138,4 @@ def test_ablation_reports_memory_effects_with_cis_and_skips_what_cannot_run(tmp_
     assert eff.loc[("kv_cache", "weight_bytes"), "ratio"] == 1.0  # the KV arm leaves the weights alone
     assert {("candidate", m) for m in ("tpot_ms_p50", "peak_memory_bytes")} <= set(eff.index)  # latency beside memory
     skipped = res.verdicts["attn_implementation=flash_attention_2"]
-    assert skipped["verdict"] == "skipped" and "GPU-only" in skipped["reasons"][0]
+    assert skipped.verdict == "skipped" and "GPU-only" in skipped.reasons[0]

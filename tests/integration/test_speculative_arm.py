@@ -20,7 +20,7 @@ def test_speculative_arm_runs_and_reports_k5(tmp_path):
     )
     result = ablate(cand, tmp_path)
     assert not result.trials["failed"].any(), result.trials["error"].tolist()
-    assert result.verdicts["candidate"]["verdict"] in ("improves", "regresses", "no detectable change")
+    assert result.verdicts["candidate"].verdict in ("improves", "regresses", "no detectable change")
 
     served = {}
     for run in result.runs:

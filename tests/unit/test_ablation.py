@@ -44,7 +44,7 @@ def test_batching_helps_queue_bound_fake_load(tmp_path: Path) -> None:
     assert eff.loc["ttft_ms_p99", "direction"] == "better"
     assert eff.loc["ttft_ms_p99", "diff_hi"] < 0  # the CI of the difference excludes 0
     assert eff.loc["output_tok_per_s", "ratio"] > 1
-    assert res.verdicts["candidate"]["verdict"] == "improves"
+    assert res.verdicts["candidate"].verdict == "improves"
     # no assertion on interactions here: whether the no-op batch_wait_ms arm crosses significance is a
     # ~alpha-rate event on a timing-noisy fake (a fresh CI run hit it); tests/unit/test_ablation_design.py
     # plants interactions deterministically.
@@ -60,15 +60,15 @@ def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path) -> None:
         return make_engine(system)
 
     res = ablate(_candidate(), tmp_path, engine_factory=flaky)
-    assert res.verdicts["candidate"]["verdict"] == "failed"
-    assert "out of memory (planted)" in res.verdicts["candidate"]["reasons"][0]
+    assert res.verdicts["candidate"].verdict == "failed"
+    assert "out of memory (planted)" in res.verdicts["candidate"].reasons[0]
     ok_trials = res.trials[~res.trials["failed"]]
     assert set(ok_trials["arm"]) == {"baseline", "aa", "batching.batch_wait_ms"} and len(ok_trials) == 6
-    assert res.verdicts["batching.max_batch_size"]["verdict"] == "failed"  # the arm that carries the crash
-    assert res.verdicts["batching.batch_wait_ms"]["verdict"] != "failed"  # the other single change still ran
+    assert res.verdicts["batching.max_batch_size"].verdict == "failed"  # the arm that carries the crash
+    assert res.verdicts["batching.batch_wait_ms"].verdict != "failed"  # the other single change still ran
     v = decide(
         ablation_verdict="failed",
-        ablation_reasons=res.verdicts["candidate"]["reasons"],
+        ablation_reasons=res.verdicts["candidate"].reasons,
         scenarios_passed={"steady": True},
         scenario_reasons={},
         quality_status="pass",

@@ -111,7 +111,7 @@ def test_sequential_stops_early_on_a_big_effect(tmp_path: Path) -> None:
     s = res.stopping
     assert s["design"] == "sequential" and s["stopped_early"] and s["repeats_done"] < 6
     assert s["alpha_used"] == pytest.approx(0.05 / 4) and s["planned_looks"] == [3, 4, 5, 6]
-    assert res.verdicts["candidate"]["verdict"] == "regresses"
+    assert res.verdicts["candidate"].verdict == "regresses"
     assert set(res.trials["repeat"]) == set(range(s["repeats_done"]))  # nothing ran after the stop
     last = res.looks[res.looks["look"] == res.looks["look"].max()]
     assert last["stop"].all() and last["arm_decided"].all() and (last["alpha"] == s["alpha_used"]).all()
@@ -125,7 +125,7 @@ def test_sequential_runs_to_the_maximum_when_nothing_changes(tmp_path: Path) -> 
     assert s["repeats_done"] == 5 and not s["stopped_early"] and s["looks_taken"] == 3
     assert "max_repeats = 5 reached" in s["reason"]
     assert list(res.looks["repeats"]) == [3, 4, 5] and not res.looks["arm_decided"].any()
-    assert res.verdicts["candidate"]["verdict"] == "no detectable change"
+    assert res.verdicts["candidate"].verdict == "no detectable change"
 
 
 # --------------------------------------------------------------------------- A/A, skipped, failed
@@ -143,8 +143,8 @@ def test_aa_arm_reports_the_noise_floor(tmp_path: Path) -> None:
     log_scale = aa[aa["scale"] == "log"]
     assert log_scale["ratio_lo"].notna().all()  # a share that is 0 in the baseline has no ratio, only a difference
     assert not aa["harm"].any()
-    assert res.verdicts["aa"]["verdict"] == "no detectable change" and res.verdicts["aa"]["role"] == "aa"
-    assert res.verdicts["candidate"]["verdict"] == "regresses"
+    assert res.verdicts["aa"].verdict == "no detectable change" and res.verdicts["aa"].role == "aa"
+    assert res.verdicts["candidate"].verdict == "regresses"
 
 
 def test_noise_flagged_when_the_aa_arm_moves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,8 +157,8 @@ def test_noise_flagged_when_the_aa_arm_moves(tmp_path: Path, monkeypatch: pytest
     res = run_mod.ablate(
         _fast({"prefill_base_ms": 0.5}, ["tpot_ms_p50"], aa_arm=True), tmp_path, system_for_trial=slow_aa
     )
-    assert res.noise_suspicious and res.verdicts["aa"]["verdict"] == "regresses"
-    assert any("noise suspicious" in r for r in res.verdicts["candidate"]["reasons"])
+    assert res.noise_suspicious and res.verdicts["aa"].verdict == "regresses"
+    assert any("noise suspicious" in r for r in res.verdicts["candidate"].reasons)
 
 
 def test_unavailable_option_is_skipped_and_a_crash_is_failed(tmp_path: Path) -> None:
@@ -172,10 +172,10 @@ def test_unavailable_option_is_skipped_and_a_crash_is_failed(tmp_path: Path) -> 
     cand = _fast({"decode_step_ms": 6.0, "prefill_base_ms": 0.5}, ["tpot_ms_p50"], repeats=2, bootstrap_samples=500)
     res = ablate(cand, tmp_path, engine_factory=engine)
     v = res.verdicts
-    assert v["decode_step_ms"]["verdict"] == "skipped" and "flash_attn" in v["decode_step_ms"]["reasons"][0]
-    assert v["decode_step_ms"]["error"] is None and "decode_step_ms" in res.skipped
-    assert v["prefill_base_ms"]["verdict"] == "failed" and "illegal memory access" in v["prefill_base_ms"]["error"]
-    assert v["candidate"]["verdict"] == "skipped"  # it carries the unavailable option too
+    assert v["decode_step_ms"].verdict == "skipped" and "flash_attn" in v["decode_step_ms"].reasons[0]
+    assert v["decode_step_ms"].error is None and "decode_step_ms" in res.skipped
+    assert v["prefill_base_ms"].verdict == "failed" and "illegal memory access" in v["prefill_base_ms"].error
+    assert v["candidate"].verdict == "skipped"  # it carries the unavailable option too
     tried = res.trials.groupby("arm").size().to_dict()
     assert tried == {"baseline": 2, "decode_step_ms": 1, "prefill_base_ms": 1, "candidate": 1}  # not retried
     assert res.trials.loc[res.trials["arm"] == "decode_step_ms", "failed_at"].item() == "start"
@@ -201,11 +201,8 @@ def test_statically_unavailable_arm_never_starts(tmp_path: Path, monkeypatch: py
         lambda s: "needs a GPU (planted)" if getattr(s, "decode_step_ms", None) == 6.0 else None,
     )
     res = run_mod.ablate(_fast({"decode_step_ms": 6.0}, ["tpot_ms_p50"], repeats=2, bootstrap_samples=500), tmp_path)
-    assert res.verdicts["candidate"] == {
-        **res.verdicts["candidate"],
-        "verdict": "skipped",
-        "reasons": ["skipped: needs a GPU (planted)"],
-    }
+    v = res.verdicts["candidate"]
+    assert (v.verdict, v.reasons) == ("skipped", ("skipped: needs a GPU (planted)",))
     assert set(res.trials["arm"]) == {"baseline"}
 
 
@@ -220,8 +217,8 @@ def test_interaction_flagged_when_gains_do_not_multiply(tmp_path: Path) -> None:
         {"decode_step_ms": 0.3, "decode_ms_per_seq": 0.05}, ["tpot_ms_p50"], base={"decode_ms_per_seq": 0.5}, repeats=5
     )
     res = ablate(cand, tmp_path, system_for_trial=fresh_fake_noise)
-    assert res.verdicts["decode_step_ms"]["verdict"] == res.verdicts["decode_ms_per_seq"]["verdict"] == "improves"
+    assert res.verdicts["decode_step_ms"].verdict == res.verdicts["decode_ms_per_seq"].verdict == "improves"
     row = res.interactions.set_index("metric").loc["tpot_ms_p50"]
     assert row["triggered"] and row["flagged"] and row["interaction_hi"] < 1.0
     assert row["observed_ratio"] < row["predicted_ratio"]
-    assert any(r.startswith("interaction on tpot_ms_p50") for r in res.verdicts["candidate"]["reasons"])
+    assert any(r.startswith("interaction on tpot_ms_p50") for r in res.verdicts["candidate"].reasons)

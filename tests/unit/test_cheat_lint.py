@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from inferopt.ablate.arm_verdicts import ArmVerdict
 from inferopt.ablate.plan import plan_arms
 from inferopt.ablate.run import ablate, fresh_fake_noise
 from inferopt.config import (
@@ -368,7 +369,7 @@ def test_every_planned_arm_reported_is_clean(small_ablation) -> None:
         result,
         trials=result.trials[result.trials["arm"] != "aa"],
         skipped={"aa": "cannot run here"},
-        verdicts={**result.verdicts, "aa": {"verdict": "skipped", "reasons": ["skipped"]}},
+        verdicts={**result.verdicts, "aa": ArmVerdict("aa", 0.05, 0, "skipped", ("skipped",))},
     )
     assert not check_arms(planned, skipped)
 
