@@ -1,0 +1,6 @@
+"""Step 2, locate: `locate_step(candidate, phases, ...)` -> `LocateResult` with its `Diagnosis` (`step.py`)."""
+
+from inferopt.locate.bottleneck import Diagnosis
+from inferopt.locate.step import LocateResult, locate_step, profile_enabled
+
+__all__ = ["Diagnosis", "LocateResult", "locate_step", "profile_enabled"]

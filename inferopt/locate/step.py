@@ -17,6 +17,7 @@ Deliberately not here: the rules themselves (`bottleneck.py`) and the remedy cat
 from __future__ import annotations
 
 import json
+import os
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,11 @@ def kv_bytes_per_elem(system: AnySystem, dtype_bytes: float) -> float:
     """Bytes per cached K or V element: an fp8 KV cache stores 1 byte, else the model dtype's size."""
     kv_dtype = str(getattr(system, "kv_cache_dtype", "auto"))
     return 1.0 if kv_dtype.startswith("fp8") else dtype_bytes
+
+
+def profile_enabled() -> bool:
+    """The op profile pass runs unless the environment says INFEROPT_PROFILE=0 (or off/false/no)."""
+    return os.environ.get("INFEROPT_PROFILE", "1").strip().lower() not in {"0", "off", "false", "no"}
 
 
 def locate_step(
