@@ -8,7 +8,7 @@ from prefect import task
 from inferopt.ablate.run import AblationResult
 from inferopt.choose.remedies import Choice
 from inferopt.config import CandidateConfig
-from inferopt.gate.judge import GateResult
+from inferopt.gate import GateResult
 from inferopt.locate.step import LocateResult
 from inferopt.measure.step import MeasureResult
 from inferopt.validate.scenarios import ScenarioResult

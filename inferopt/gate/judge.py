@@ -16,8 +16,7 @@ Deliberately not here: running the suite (suite_gate.py) or the statistics (slic
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -29,17 +28,8 @@ from inferopt.locate.hardware import HardwareProfile
 USD_PER_KWH = 0.15  # a rough industrial electricity price; reported beside every cost figure
 
 
-@dataclass
-class GateResult:
-    quality_status: str  # pass / fail / skipped
-    quality_required: bool
-    quality_reasons: list[str]
-    drift: dict[str, Any]
-    cost: pd.DataFrame  # one row per arm
-    cost_status: str  # pass / fail / skipped
-    cost_reasons: list[str]
-    passed: bool | None = None  # None = inconclusive
-    reasons: list[str] = field(default_factory=list)
+QualityStatus = Literal["pass", "fail", "inconclusive", "skipped"]  # of the suite, the drift check and the gate
+CostStatus = Literal["pass", "fail", "skipped"]
 
 
 def within_slo(phases: pd.DataFrame, slo: SLOConfig) -> pd.Series:
@@ -101,7 +91,7 @@ def cost_table(
 
 def judge_quality(
     drift: dict[str, Any], served: dict[str, Any], gate: GateSettings, required: bool
-) -> tuple[str, list[str]]:
+) -> tuple[QualityStatus, list[str]]:
     reasons: list[str] = []
     fails = False
     measured = False
@@ -136,8 +126,12 @@ def judge_quality(
 
 
 def combine_quality(
-    suite_status: str, suite_reasons: list[str], drift_status: str, drift_reasons: list[str], required: bool
-) -> tuple[str, list[str]]:
+    suite_status: QualityStatus,
+    suite_reasons: list[str],
+    drift_status: QualityStatus,
+    drift_reasons: list[str],
+    required: bool,
+) -> tuple[QualityStatus, list[str]]:
     """One quality status from the suite and the drift check (see the module docstring)."""
     reasons = list(suite_reasons) + [f"drift: {drift_status}"] + [f"  {r}" for r in drift_reasons]
     if suite_status == "fail":
@@ -153,7 +147,7 @@ def combine_quality(
     return ("pass" if "pass" in (suite_status, drift_status) else drift_status), reasons
 
 
-def judge_cost(costs: pd.DataFrame) -> tuple[str, list[str]]:
+def judge_cost(costs: pd.DataFrame) -> tuple[CostStatus, list[str]]:
     if set(costs.get("arm", [])) < {"baseline", "candidate"}:
         return "skipped", ["cost needs both arms measured"]
     base = costs.set_index("arm").loc["baseline"]

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from inferopt.config import AnySystem, GateSettings, HFSystem, ModelSpec
+from inferopt.gate.judge import QualityStatus
 from inferopt.gate.lmeval import run_in_memory
 from inferopt.gate.served import run_openai_served, run_vllm_served
 from inferopt.gate.sliced import (
@@ -32,9 +33,9 @@ from inferopt.gate.sliced import (
 from inferopt.model.loading import load_system_model
 
 
-@dataclass
+@dataclass(frozen=True)
 class SuiteGate:
-    status: str  # pass / fail / inconclusive / skipped
+    status: QualityStatus
     reasons: list[str]
     model: str = ""  # what was evaluated (and whether it is a proxy)
     table: pd.DataFrame = field(default_factory=pd.DataFrame)  # slice x metric with paired CIs
