@@ -8,6 +8,7 @@ and the MLflow plumbing (`tracking.py`).
 from __future__ import annotations
 
 from inferopt.gate import GateResult
+from inferopt.verdict import VerdictResult
 from tasks.tracking import Tracker
 
 # --------------------------------------------------------------------------- 6 gate
@@ -37,3 +38,26 @@ def log_gate(tracker: Tracker, result: GateResult, name: str) -> None:
     )
     for line in result.reasons:
         print(f"[gate] {line}")
+
+
+# --------------------------------------------------------------------------- the verdict (on the parent run)
+
+
+def log_verdict(tracker: Tracker, result: VerdictResult) -> None:
+    """`lint.json` with its tags and counts, the findings that matter (printed), `verdict.json`, the parent's
+    metrics and summary tags."""
+    lint = result.lint
+    tracker.json(lint, "lint.json")
+    tracker.tags(
+        {
+            "inferopt.lint": lint["status"],
+            **{f"inferopt.lint.{sev}": ",".join(c) for sev, c in lint["cheats"].items() if c},
+        }
+    )
+    tracker.metrics({f"lint.{sev}": float(n) for sev, n in lint["counts"].items()})
+    for f in result.findings:
+        if f.severity != "note":
+            print(f"[lint] {f}")
+    tracker.json(result.verdict.to_dict(), "verdict.json")
+    tracker.metrics(result.parent_metrics)
+    tracker.tags(result.parent_tags)

@@ -191,3 +191,23 @@ def log_records(tracker: Tracker, records: list, name: str) -> None:
     jsonl = tracker.dir_for(name) / "requests.jsonl"
     if jsonl.exists():
         tracker.client.log_artifact(tracker._run(name), str(jsonl))
+
+
+def logged_arms(tracker: Tracker) -> list[str] | None:
+    """The ablation arms logged as child runs of this flow run (tag `inferopt.arm`), read back from the tracking
+    server: what was logged, not what the flow meant to log. None when the server cannot be read."""
+    try:
+        runs = tracker.client.search_runs(
+            [tracker.experiment_id],
+            filter_string=f"tags.mlflow.parentRunId = '{tracker.parent_run_id}'",
+            max_results=1000,
+        )
+    except Exception:  # noqa: BLE001 - the lint then compares the plan with the returned result only
+        return None
+    return sorted(
+        {
+            r.data.tags["inferopt.arm"]
+            for r in runs
+            if r.data.tags.get("inferopt.step") == "ablate" and "inferopt.arm" in r.data.tags
+        }
+    )

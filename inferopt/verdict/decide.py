@@ -16,8 +16,17 @@ Deliberately not here: computing any of the evidence; this is a pure function of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from inferopt.ablate import ArmVerdict
+from inferopt.choose import Choice
+from inferopt.gate import GateResult
+from inferopt.locate import Diagnosis
+from inferopt.validate import ScenarioVerdict
+
+Decision = Literal["accept", "reject", "inconclusive"]
+ACCEPT_LINE = "ACCEPT: improves its targets beyond noise, meets every SLO scenario, passes quality and cost"
 
 
 class LintFinding(Protocol):
@@ -28,94 +37,108 @@ class LintFinding(Protocol):
     message: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
-    decision: str  # accept / reject / inconclusive
-    reasons: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    """The decision, every reason (the first line says what decided it), warnings, the steps' evidence and the
+    cheat lint's findings (SPEC V4). `to_dict()` is `verdict.json`."""
+
+    decision: Decision
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     evidence: dict[str, Any] = field(default_factory=dict)
-    lint: list[dict[str, Any]] = field(default_factory=list)  # the cheat-lint findings (SPEC V4)
+    lint: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "decision": self.decision,
+            "reasons": list(self.reasons),
+            "warnings": list(self.warnings),
+            "evidence": self.evidence,
+            "lint": [dict(f) for f in self.lint],
+        }
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """One step's part of the verdict: its reason lines, and why it rejects or leaves the verdict open."""
+
+    reasons: tuple[str, ...] = ()
+    rejects: tuple[str, ...] = ()
+    inconclusive: tuple[str, ...] = ()
 
 
 def decide(
     *,
-    ablation_verdict: str,
-    ablation_reasons: list[str],
-    scenarios_passed: dict[str, bool],
-    scenario_reasons: dict[str, list[str]],
-    quality_status: str,
-    quality_required: bool,
-    quality_reasons: list[str],
-    cost_status: str,
-    cost_reasons: list[str],
-    locate_cause: str,
-    choice_warning: str | None,
-    evidence: dict[str, Any] | None = None,
+    diagnosis: Diagnosis,
+    choice: Choice,
+    ablation: ArmVerdict,
+    scenarios: Sequence[ScenarioVerdict],
+    gate: GateResult,
     lint: Sequence[LintFinding] = (),
+    evidence: dict[str, Any] | None = None,
 ) -> Verdict:
-    rejects, inconclusive, reasons, warnings = [], [], [], []
-    reasons.append(f"locate: dominant cause '{locate_cause}'")
-    if choice_warning:
-        warnings.append(choice_warning)
+    """Accept / reject / inconclusive from one result per step (see the module docstring): `diagnosis` (locate),
+    `choice` (choose; its warning is only reported), `ablation` (the candidate arm's verdict), `scenarios`
+    (validate), `gate` (quality and cost), and the cheat lint's findings."""
     lint_reasons, lint_warnings, lint_inconclusive = _lint_lines(lint)
-    warnings += lint_warnings
-    inconclusive += lint_inconclusive
-
-    reasons.append(f"ablate: candidate {ablation_verdict}")
-    reasons += [f"  {r}" for r in ablation_reasons]
-    if ablation_verdict in ("failed", "regresses"):
-        rejects.append(f"ablation: {ablation_verdict}")
-    elif ablation_verdict != "improves":
-        inconclusive.append(f"ablation: {ablation_verdict}")
-
-    if not scenarios_passed:
-        inconclusive.append("validation: no scenario ran")
-    for name, passed in scenarios_passed.items():
-        reasons.append(f"validate[{name}]: {'pass' if passed else 'FAIL'}")
-        reasons += [f"  {r}" for r in scenario_reasons.get(name, [])]
-        if not passed:
-            rejects.append(f"validation scenario '{name}' misses the SLO")
-
-    reasons.append(
-        f"gate quality: {quality_status}{' (required: the change can alter outputs)' if quality_required else ''}"
-    )
-    reasons += [f"  {r}" for r in quality_reasons]
-    if quality_status == "fail":
-        rejects.append("quality gate failed")
-    elif quality_status == "skipped" and quality_required:
-        inconclusive.append("quality gate required but skipped")
-    elif quality_status == "inconclusive":
-        inconclusive.append("quality: some slice's interval straddles the margin (more documents needed to tell)")
-    reasons.append(f"gate cost: {cost_status}")
-    reasons += [f"  {r}" for r in cost_reasons]
-    if cost_status == "fail":
-        rejects.append("cost per successful task is worse")
-    elif cost_status == "skipped":
-        inconclusive.append("cost not measured")
-
-    reasons += lint_reasons
-
+    steps = (_ablation(ablation), _validation(scenarios), _quality(gate), _cost(gate))
+    reasons = [f"locate: dominant cause '{diagnosis.cause}'", *(r for s in steps for r in s.reasons), *lint_reasons]
+    rejects = [r for s in steps for r in s.rejects]
+    inconclusive = [*lint_inconclusive, *(r for s in steps for r in s.inconclusive)]
     if rejects:
-        decision = "reject"
-        reasons.insert(0, "REJECT because: " + "; ".join(rejects))
+        decision: Decision = "reject"
+        head = "REJECT because: " + "; ".join(rejects)
     elif inconclusive:
-        decision = "inconclusive"
-        reasons.insert(0, "INCONCLUSIVE because: " + "; ".join(inconclusive))
+        decision, head = "inconclusive", "INCONCLUSIVE because: " + "; ".join(inconclusive)
     else:
-        decision = "accept"
-        reasons.insert(
-            0, "ACCEPT: improves its targets beyond noise, meets every SLO scenario, passes quality and cost"
-        )
+        decision, head = "accept", ACCEPT_LINE
     return Verdict(
         decision=decision,
-        reasons=reasons,
-        warnings=warnings,
+        reasons=(head, *reasons),
+        warnings=(*([choice.warning] if choice.warning else []), *lint_warnings),
         evidence=evidence or {},
-        lint=[_finding_dict(f) for f in lint],
+        lint=tuple(_finding_dict(f) for f in lint),
     )
+
+
+def _ablation(arm: ArmVerdict) -> _Lines:
+    reasons = (f"ablate: candidate {arm.verdict}", *(f"  {r}" for r in arm.reasons))
+    if arm.verdict in ("failed", "regresses"):
+        return _Lines(reasons, rejects=(f"ablation: {arm.verdict}",))
+    if arm.verdict != "improves":
+        return _Lines(reasons, inconclusive=(f"ablation: {arm.verdict}",))
+    return _Lines(reasons)
+
+
+def _validation(scenarios: Sequence[ScenarioVerdict]) -> _Lines:
+    reasons: list[str] = []
+    for s in scenarios:
+        reasons.append(f"validate[{s.name}]: {'pass' if s.passed else 'FAIL'}")
+        reasons += [f"  {r}" for r in s.reasons]
+    rejects = tuple(f"validation scenario '{s.name}' misses the SLO" for s in scenarios if not s.passed)
+    return _Lines(tuple(reasons), rejects, () if scenarios else ("validation: no scenario ran",))
+
+
+def _quality(gate: GateResult) -> _Lines:
+    required = " (required: the change can alter outputs)" if gate.quality_required else ""
+    reasons = (f"gate quality: {gate.quality_status}{required}", *(f"  {r}" for r in gate.quality_reasons))
+    if gate.quality_status == "fail":
+        return _Lines(reasons, rejects=("quality gate failed",))
+    if gate.quality_status == "skipped" and gate.quality_required:
+        return _Lines(reasons, inconclusive=("quality gate required but skipped",))
+    if gate.quality_status == "inconclusive":
+        why = "quality: some slice's interval straddles the margin (more documents needed to tell)"
+        return _Lines(reasons, inconclusive=(why,))
+    return _Lines(reasons)
+
+
+def _cost(gate: GateResult) -> _Lines:
+    reasons = (f"gate cost: {gate.cost_status}", *(f"  {r}" for r in gate.cost_reasons))
+    if gate.cost_status == "fail":
+        return _Lines(reasons, rejects=("cost per successful task is worse",))
+    if gate.cost_status == "skipped":
+        return _Lines(reasons, inconclusive=("cost not measured",))
+    return _Lines(reasons)
 
 
 def _finding_dict(f: LintFinding) -> dict[str, Any]:

@@ -3,9 +3,11 @@ while the run goes on (and the verdict logic on top)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+from step_results import arm, gate, passing_steps
 
 from inferopt.ablate.plan import interleaved_order, plan_arms
 from inferopt.ablate.run import ablate
@@ -66,19 +68,8 @@ def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path) -> None:
     assert set(ok_trials["arm"]) == {"baseline", "aa", "batching.batch_wait_ms"} and len(ok_trials) == 6
     assert res.verdicts["batching.max_batch_size"].verdict == "failed"  # the arm that carries the crash
     assert res.verdicts["batching.batch_wait_ms"].verdict != "failed"  # the other single change still ran
-    v = decide(
-        ablation_verdict="failed",
-        ablation_reasons=res.verdicts["candidate"].reasons,
-        scenarios_passed={"steady": True},
-        scenario_reasons={},
-        quality_status="pass",
-        quality_required=False,
-        quality_reasons=[],
-        cost_status="pass",
-        cost_reasons=[],
-        locate_cause="queueing",
-        choice_warning=None,
-    )
+    assert res.crashed("candidate") and res.crashed("batching.max_batch_size") and not res.crashed("baseline")
+    v = decide(**passing_steps(ablation=res.verdicts["candidate"]))
     assert v.decision == "reject"
 
 
@@ -96,17 +87,12 @@ def test_crashing_arm_is_marked_failed_and_run_goes_on(tmp_path: Path) -> None:
 )
 def test_verdict_rules(ablation, scen, quality, required, cost, expected) -> None:
     v = decide(
-        ablation_verdict=ablation,
-        ablation_reasons=[],
-        scenarios_passed={"steady": scen},
-        scenario_reasons={},
-        quality_status=quality,
-        quality_required=required,
-        quality_reasons=[],
-        cost_status=cost,
-        cost_reasons=[],
-        locate_cause="queueing",
-        choice_warning="w",
+        **passing_steps(
+            choice=dataclasses.replace(passing_steps()["choice"], warning="w"),
+            ablation=arm(ablation),
+            scenarios=[dataclasses.replace(passing_steps()["scenarios"][0], passed=scen)],
+            gate=gate(quality_status=quality, quality_required=required, cost_status=cost),
+        )
     )
     assert v.decision == expected
-    assert v.warnings == ["w"] and v.reasons
+    assert v.warnings == ("w",) and v.reasons

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from step_results import arm, passing_steps
 
 from inferopt.ablate.arm_verdicts import ArmVerdict
 from inferopt.ablate.plan import plan_arms
@@ -106,20 +107,8 @@ def _blocking(findings: list[Finding]) -> list[Finding]:
 
 
 def _decide(lint, ablation_verdict: str = "improves", scenarios_passed: bool = True):
-    return decide(
-        ablation_verdict=ablation_verdict,
-        ablation_reasons=[],
-        scenarios_passed={"steady": scenarios_passed},
-        scenario_reasons={},
-        quality_status="pass",
-        quality_required=False,
-        quality_reasons=[],
-        cost_status="pass",
-        cost_reasons=[],
-        locate_cause="queueing",
-        choice_warning=None,
-        lint=lint,
-    )
+    steady = dataclasses.replace(passing_steps()["scenarios"][0], passed=scenarios_passed)
+    return decide(**passing_steps(ablation=arm(ablation_verdict), scenarios=[steady]), lint=lint)
 
 
 # --------------------------------------------------------------------------- the shipped candidates (controls)
