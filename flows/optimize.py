@@ -29,8 +29,9 @@ from prefect import flow, task  # noqa: E402
 from inferopt.config import CandidateConfig, ConfigError, load_config  # noqa: E402
 from inferopt.verdict.lint import CheatRefused, refuse_cheats  # noqa: E402
 from tasks.ablate import ablate_task  # noqa: E402
+from tasks.choose import choose_task  # noqa: E402
 from tasks.gate import gate_task  # noqa: E402
-from tasks.locate import choose_task, locate_task  # noqa: E402
+from tasks.locate import locate_task  # noqa: E402
 from tasks.measure import measure_task  # noqa: E402
 from tasks.report import Progress, report_after_failure, report_task  # noqa: E402
 from tasks.tracking import Tracker  # noqa: E402
@@ -105,8 +106,8 @@ def optimize(
     return {
         "run_id": tracker.parent_run_id,
         "decision": verdict.decision,
-        "reasons": verdict.reasons,
-        "warnings": verdict.warnings,
+        "reasons": list(verdict.reasons),
+        "warnings": list(verdict.warnings),
         "results_dir": str(tracker.results_dir),
         "report": str(report),
     }

@@ -1,13 +1,14 @@
-"""Prefect task for step 1 (measure): run the baseline, log phases, slices, summary, plots."""
+"""Prefect task for step 1 (measure): `inferopt.measure.measure` on the baseline, logged to `1-measure` (phases,
+slices, summary, the M3 decomposition check, plots)."""
 
 from __future__ import annotations
 
 from prefect import task
 
 from inferopt.config import CandidateConfig
-from inferopt.measure.step import MeasureResult, measure
-from inferopt.report import plots
-from tasks.tracking import Tracker, log_records
+from inferopt.measure import MeasureResult, measure
+from tasks.log_steps import log_measure
+from tasks.tracking import Tracker
 
 STEP = "1-measure"
 
@@ -17,27 +18,6 @@ def measure_task(candidate: CandidateConfig, tracker: Tracker) -> MeasureResult:
     tracker.child(STEP, tags={"inferopt.step": "measure", "inferopt.arm": "baseline"})
     tracker.params(candidate.baseline.model_dump(mode="json"), STEP)
     result = measure(candidate, tracker.dir_for(STEP), run_tag=tracker.parent_run_id)
-    tracker.metrics(result.headline, STEP)
-    tracker.metrics({f"decomposition.{k}": float(v) for k, v in result.decomposition.items()}, STEP)
-    tracker.metrics({f"resources.{k}": v for k, v in result.resources.items() if isinstance(v, (int, float))}, STEP)
-    tracker.json(
-        {
-            "engine": result.run.engine_info,
-            "server_metrics_delta": result.run.server_metrics,
-            "warmup_requests_excluded": result.run.warmup_declared,
-            "decomposition": result.decomposition,
-            "slice_edges": result.edges.__dict__,
-            "resources": result.resources,
-        },
-        "measure.json",
-        STEP,
-    )
-    tracker.table(result.workload, "workload.parquet", STEP)
-    tracker.table(result.phases, "phases.parquet", STEP)
-    tracker.table(result.summary, "summary.parquet", STEP)
-    log_records(tracker, result.run.records, STEP)
-    for dim in ("input_bucket", "output_bucket", "concurrency_bucket"):
-        tracker.figure(plots.phase_stack(result.phases, dim), f"phase_stack_{dim}.png", STEP)
-    tracker.figure(plots.latency_cdf(result.phases, "ttft_ms", by="input_bucket"), "ttft_cdf_by_input.png", STEP)
+    log_measure(tracker, result, STEP)
     tracker.finish(STEP)
     return result

@@ -163,7 +163,7 @@ def test_op_breakdown_figure(tiny_profile: PhaseProfile) -> None:
 
 
 def test_locate_task_logs_profile_artifacts(tiny_profile: PhaseProfile, tmp_path) -> None:
-    from tasks.locate import log_profile
+    from tasks.log_steps import log_profile
 
     class StubTracker:
         def __init__(self) -> None:
@@ -190,7 +190,7 @@ def test_locate_task_logs_profile_artifacts(tiny_profile: PhaseProfile, tmp_path
         profile_error = None
 
     tracker = StubTracker()
-    log_profile(Result(), tracker)
+    log_profile(tracker, Result(), "2-locate")
     assert {"op_breakdown.parquet", "top_ops.parquet", "profile.json", "op_breakdown.png"} <= set(tracker.files)
     assert 0 <= tracker.metric_values["profile.decode.host_share"] <= 1
 
