@@ -67,6 +67,6 @@ def test_two_workers_run_two_arms_in_parallel_into_one_parent(local_prefect, mon
         a.metrics["worker.start_s"], b.metrics["worker.start_s"]
     )
     assert overlap_s > 0, (a.metrics, b.metrics, logs)
-    # the statistics ran in the parent on the workers' trials: the candidate's verdict is decided, not failed
+    # the statistics ran in the parent on the workers' trials: batching improves the queue-bound fake load
     verdicts = {c.info.run_name: c.data.tags.get("inferopt.arm_verdict") for c in children}
-    assert verdicts["arm-candidate"] in {"improves", "regresses", "no detectable change"}, logs
+    assert verdicts["arm-candidate"] == "improves", logs

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from inferopt.verdict.decide import ACCEPT_LINE
+
 STEPS = {
     "1-measure",
     "2-locate",
@@ -29,9 +31,14 @@ def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Pa
 
     # an opt-in override of the cheat lint (SPEC V4) that has nothing to excuse here: recorded, changes no finding
     allow = {"lint.allow": ["no_queueing"], "lint.reason": "test: the override is recorded"}
-    result = optimize(candidate="configs/candidates/fake-batching.yaml", overrides=allow, experiment="test-flow")
-    assert result["decision"] in {"accept", "reject", "inconclusive"}
-    assert result["reasons"] and result["reasons"][0].split()[0] in {"ACCEPT:", "REJECT", "INCONCLUSIVE"}
+    # 6 repeats at alpha 0.01: batching a queue-bound fake load gives TTFT p99 ~x0.15 and ~3x the throughput, which
+    # 2 repeats (a t-test with 1 degree of freedom) call "no detectable change" about half the time and 4 now and
+    # then on a loaded box; 6 give p < 1e-5. alpha 0.01 keeps the A/A arm's false alarms (1 in 14 runs at 0.05) rare
+    overrides = allow | {"ablation.repeats": 6, "ablation.alpha": 0.01}
+    result = optimize(candidate="configs/candidates/fake-batching.yaml", overrides=overrides, experiment="test-flow")
+    # every SLO scenario met, outputs token for token the same, cheaper per successful request: accept
+    assert result["decision"] == "accept", result["reasons"]
+    assert result["reasons"][0] == ACCEPT_LINE
 
     client = MlflowClient(tracking_uri=mlflow_uri)
     parent = client.get_run(result["run_id"])
@@ -52,7 +59,7 @@ def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Pa
     ablate_files = {a.path for a in client.list_artifacts(by_name["4-ablate"].info.run_id)}
     assert {"effects.parquet", "looks.parquet", "stopping.json", "interactions.parquet"} <= ablate_files
     assert by_name["arm-aa"].data.tags["inferopt.arm_role"] == "aa"
-    assert by_name["arm-aa"].data.tags["inferopt.arm_verdict"] in {"no detectable change", "improves", "regresses"}
+    assert by_name["arm-aa"].data.tags["inferopt.arm_verdict"] == "no detectable change"  # the A/A arm: noise only
     assert {"verdict.json", "lint.json"} <= {a.path for a in client.list_artifacts(result["run_id"])}
     # SPEC V4: the cheat lint ran on every artifact; the fake candidate is clean (the fake engine is only a note)
     assert parent.data.tags["inferopt.lint"] == "clean"
@@ -62,7 +69,7 @@ def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Pa
     # params are the resolved configs; per-trial metrics on the arm runs
     assert by_name["arm-candidate"].data.params["system.batching.max_batch_size"] == "8"
     history = client.get_metric_history(by_name["arm-candidate"].info.run_id, "ttft_ms_p99")
-    assert len(history) == 2  # one per repeat
+    assert len(history) == 6  # one per repeat
 
     mirror = in_repo / result["run_id"]
     verdict = json.loads((mirror / "verdict.json").read_text())
@@ -75,7 +82,7 @@ def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Pa
     import pandas as pd
 
     reqs = pd.read_parquet(mirror / "1-measure" / "requests.parquet")
-    assert len(reqs) == 40 and set(reqs["outcome"]) <= {"ok", "timeout", "rejected", "error"}
+    assert len(reqs) == 40 and set(reqs["outcome"]) == {"ok"}  # the fake baseline neither errs nor times out
 
 
 def test_flow_rejects_bad_config_before_work(mlflow_uri, in_repo: Path, tmp_path: Path, capsys) -> None:

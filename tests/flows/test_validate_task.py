@@ -55,8 +55,9 @@ def test_validate_task_logs_tables_and_verdicts(mlflow_uri, in_repo: Path) -> No
     assert (
         "overload.rejected_rate" in m and "overload.unbounded.ttft_ms_p99" in m and "steady.fairness_jain_tenant" in m
     )
-    assert m["overload.passed"] in (0.0, 1.0) and "overload.fairness.tenant:default.share_ratio" in m
-    assert run.data.tags["inferopt.scenario.overload"] in {"pass", "fail"}
+    # admission control holds the SLOs on the admitted requests (TTFT p99 ~40 ms of 200) at ~0.65 x the goodput
+    assert m["overload.passed"] == 1.0 and "overload.fairness.tenant:default.share_ratio" in m
+    assert run.data.tags["inferopt.scenario.overload"] == "pass"
     verdicts = json.loads((tracker.dir_for(STEP) / "scenario_verdicts.json").read_text())
     assert verdicts["overload"]["reasons"][0].startswith("admission control (queue bound 3)")
     scenario_ids = {r.scenario for r in read_records(tracker.dir_for(STEP) / "requests.jsonl")}

@@ -49,10 +49,11 @@ def test_main_command_completes_with_verdict(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = next(json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"decision"'))
-    assert summary["decision"] in {"accept", "reject", "inconclusive"}
-    assert f"VERDICT: {summary['decision'].upper()}" in proc.stdout
     run_dir = tmp_path / "results" / summary["mlflow_run_id"]
     verdict = json.loads((run_dir / "verdict.json").read_text())
+    # which decision 12 requests x 2 repeats on this box reach is not fixed; that the printed one is the logged one is
+    assert summary["decision"] == verdict["decision"] and verdict["reasons"][0].startswith(verdict["decision"].upper())
+    assert f"VERDICT: {summary['decision'].upper()}" in proc.stdout
     assert verdict["evidence"]["measure"]["decomposition"]["adds_up"] is True
     assert len(read_records(run_dir / "1-measure" / "requests.jsonl")) == 12 + 2  # + declared warm-up
 
