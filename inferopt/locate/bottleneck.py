@@ -100,7 +100,9 @@ def locate(
 
     # rule 4 before the split: nothing to split
     if ok.empty:
-        return Diagnosis("none", 0.0, "no successful request with phase timings: nothing to locate", evidence, per_slice)
+        return Diagnosis(
+            "none", 0.0, "no successful request with phase timings: nothing to locate", evidence, per_slice
+        )
 
     # rule 3: where the time goes, then the roofline of the dominant phase
     shares = _shares(ok)
