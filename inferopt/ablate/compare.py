@@ -87,6 +87,7 @@ RESOURCE_METRICS: tuple[MetricSpec, ...] = (
         "peak_rss_bytes", "", _one, True, "bytes", quantile_rows(0.5), trial_key="peak_rss_bytes", additive=True
     ),
     MetricSpec("cpu_time_s", "", _one, True, "s", quantile_rows(0.5), trial_key="cpu_time_s"),
+    MetricSpec("gpu_energy_j", "", _one, True, "J", quantile_rows(0.5), trial_key="gpu_energy_j", additive=True),
 )
 RESOURCE_KEYS = tuple(m.trial_key for m in RESOURCE_METRICS)
 ALL_METRICS = METRICS + RESOURCE_METRICS

@@ -39,6 +39,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "kv_bytes_per_token",
     "peak_rss_bytes",
     "cpu_time_s",
+    "gpu_energy_j",
 )
 
 

@@ -15,6 +15,7 @@ Deliberately not here: running the suite (suite_gate.py) or the statistics (slic
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Literal
 
@@ -56,14 +57,11 @@ def cost_table(
         device_s = float(sub["duration_s"].sum())
         phases = pd.concat(list(sub["phases"]), ignore_index=True)
         n_success = int(within_slo(phases, slo).sum())
-        if hw.kind == "cpu":
-            util = min(1.0, threads_by_arm.get(arm, 1) / cores)
-            energy_label = f"estimate: TDP x {util:.2f} (threads/cores)"
-        else:
-            util = 1.0
-            energy_label = "estimate: TDP x 1.0 (no power measured)"
-        energy_j = energy_estimate_j(device_s, hw.tdp_w, util)
-        cost = cost_per_successful_task(device_s, hw.price_per_hour_usd, energy_j, USD_PER_KWH, n_success)
+        energy_j, energy_label = _energy(sub, device_s, hw, threads_by_arm.get(arm, 1) / cores)
+        replicas, memory_label = replicas_for_kv(sub, phases, hw.memory_bytes)
+        cost = cost_per_successful_task(
+            device_s * replicas, hw.price_per_hour_usd, energy_j * replicas, USD_PER_KWH, n_success
+        )
         row = {
             "arm": arm,
             "device_s": device_s,
@@ -72,6 +70,8 @@ def cost_table(
             "success_rate": n_success / max(1, len(phases)),
             "energy_j": energy_j,
             "energy_basis": energy_label,
+            "replicas": replicas,
+            "memory_basis": memory_label,
             **cost,
         }
         rate = (task_success or {}).get(str(arm))
@@ -87,6 +87,42 @@ def cost_table(
             )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _resource(sub: pd.DataFrame, key: str) -> list[float]:
+    """The per-trial values of one resource an arm's trials measured (finite ones only)."""
+    res = sub["resources"] if "resources" in sub else []
+    vals = [r.get(key) for r in res if isinstance(r, dict)]
+    return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def _energy(sub: pd.DataFrame, device_s: float, hw: HardwareProfile, cpu_share: float) -> tuple[float, str]:
+    """Energy over the arm's trials: NVML's measured board energy when every trial has it, else ESTIMATED
+    from the TDP (CPU: x the share of cores the engine computes with; GPU: x 1.0), and which it was."""
+    measured = _resource(sub, "gpu_energy_j")
+    if measured and len(measured) == len(sub):
+        return float(sum(measured)), "measured: NVML board energy over each trial's load"
+    if hw.kind == "cpu":
+        util = min(1.0, cpu_share)
+        return energy_estimate_j(device_s, hw.tdp_w, util), f"estimated from TDP x {util:.2f} (threads/cores)"
+    return energy_estimate_j(device_s, hw.tdp_w, 1.0), "estimated from TDP x 1.0 (no power measured)"
+
+
+def replicas_for_kv(sub: pd.DataFrame, phases: pd.DataFrame, memory_bytes: float) -> tuple[int, str]:
+    """Replicas (devices) needed to hold the weights plus the KV of the measured concurrency: p99 requests in
+    flight x their mean context (prompt + output tokens) x KV bytes per token, beside the weights, against one
+    device's memory. 1 with the reason when the trials did not measure KV or weight bytes."""
+    kv_per_tok, weights = _resource(sub, "kv_bytes_per_token"), _resource(sub, "weight_bytes")
+    if not kv_per_tok or not weights or "concurrency" not in phases or not memory_bytes:
+        return 1, "1 replica: KV or weight bytes not measured (memory not priced)"
+    in_flight = float(np.quantile(phases["concurrency"].to_numpy(float), 0.99))
+    context = float((phases["input_len"] + phases["output_len"]).mean())
+    need = float(np.median(weights)) + in_flight * context * float(np.median(kv_per_tok))
+    replicas = max(1, math.ceil(need / memory_bytes))
+    return replicas, (
+        f"{replicas} replica(s): weights + KV of {in_flight:.0f} requests in flight (p99) x {context:.0f} tokens = "
+        f"{need / 1e9:.3g} GB against {memory_bytes / 1e9:.3g} GB per device"
+    )
 
 
 def judge_quality(
