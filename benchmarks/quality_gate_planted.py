@@ -47,6 +47,12 @@ def main() -> None:
                 f"{r.task}/{r.lang}/{r.context}": round(float(r.accuracy), 3) for r in acc.itertuples()
             }
             print(acc.to_string(index=False))
+        if "mde_per_slice" not in out and not res.table.empty and "mde" in res.table:
+            primary = res.table.drop_duplicates(["slice", "metric"])
+            out["mde_per_slice"] = {f"{r.slice}:{r.metric}": round(float(r.mde), 3) for r in primary.itertuples()}
+            out["uninformative_slices"] = sorted(
+                f"{r.slice}:{r.metric}" for r in primary.itertuples() if r.status == "uninformative"
+            )
         failed = res.table[res.table["status"] == "fail"] if not res.table.empty else res.table
         out["arms"][name] = {
             "status": res.status,

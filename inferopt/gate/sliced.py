@@ -8,8 +8,9 @@ margin m (a drop the product tolerates) and a two-sided (1 - alpha) interval [lo
   pass          lo > -m           the candidate is no worse than m, with confidence
   fail          hi < -m           the candidate is worse than m, with confidence
   inconclusive  otherwise         too few documents to tell: more data, not a pass
-Optionally MLPerf's rule (`mlperf_ratio`, e.g. 0.99): the candidate's mean must also reach that fraction of the
-baseline's. Overall: fail if any slice fails, else inconclusive if any is, else pass.
+Optionally MLPerf's rule (`mlperf_ratio`, e.g. 0.99). Per slice also `mde`, the smallest drop its size and
+baseline rate could detect; a slice at the floor (baseline <= m: no drop of m can happen) or whose mde exceeds
+its baseline is `uninformative`, never a pass. Overall: fail, else inconclusive, else pass over the rest.
 
 Deliberately not here: running the models (lmeval.py) and the final verdict (inferopt.verdict).
 """
@@ -85,6 +86,24 @@ def decide_slice(
     return "pass" if lo > -margin else "inconclusive"
 
 
+def min_detectable_drop(base_mean: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true drop of a success rate a two-sided test at `alpha` detects with probability `power`
+    on `n` paired documents at baseline rate `base_mean` — conservatively, as if unpaired at the null:
+    (z_{1-alpha/2} + z_{power}) x sqrt(2 p (1 - p) / n), p kept inside [1/n, 1 - 1/n]."""
+    from scipy.stats import norm  # lazy: scipy's import is slow and only the gate needs it here
+
+    if n <= 0 or not np.isfinite(base_mean):
+        return float("nan")
+    p = min(max(base_mean, 1.0 / n), 1.0 - 1.0 / n) if n > 1 else 0.5
+    return float((norm.ppf(1.0 - alpha / 2.0) + norm.ppf(power)) * np.sqrt(2.0 * p * (1.0 - p) / n))
+
+
+def informative(base_mean: float, margin: float, mde: float) -> bool:
+    """Could this slice show the harm it guards against? Not at the floor (baseline <= margin) nor when the
+    smallest detectable drop is larger than everything the baseline could lose."""
+    return bool(base_mean > margin and np.isfinite(mde) and mde <= base_mean)
+
+
 def compare(
     base: pd.DataFrame,
     cand: pd.DataFrame,
@@ -112,6 +131,10 @@ def compare(
             lo, hi = bootstrap_mean_diff(diff, samples=samples, alpha=alpha, seed=seed)
             mg = (slice_margins or {}).get(spec.name, margin)
             bm, cm = float(m["base"].mean()), float(m["cand"].mean())
+            mde = min_detectable_drop(bm, int(len(m)), alpha)
+            status = decide_slice(lo, hi, mg, bm, cm, mlperf_ratio)
+            if status != "fail" and not informative(bm, mg, mde):
+                status = "uninformative"  # a pass here would be a pass by construction
             rows.append(
                 {
                     "slice": spec.name,
@@ -123,7 +146,8 @@ def compare(
                     "ci_lo": lo,
                     "ci_hi": hi,
                     "margin": mg,
-                    "status": decide_slice(lo, hi, mg, bm, cm, mlperf_ratio),
+                    "mde": mde,
+                    "status": status,
                 }
             )
     return pd.DataFrame(rows)
@@ -210,6 +234,9 @@ def calibration(
 
 
 def overall_status(table: pd.DataFrame) -> str:
+    """fail if any slice fails, else inconclusive if any is, else pass — over the informative slices (none
+    informative: inconclusive). The uninformative ones are listed by the gate's reasons, not counted."""
+    table = table[table["status"] != "uninformative"] if "status" in table else table
     if table.empty:
         return "inconclusive"
     if (table["status"] == "fail").any():

@@ -195,7 +195,13 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
             "  neither arm's settings reach the proxy (external endpoints): the comparison says nothing "
             "about the change; the suite only gives the task success rate"
         )
-    for row in both[both["status"] != "pass"].itertuples():
+    blind = both[both["status"] == "uninformative"] if "status" in both else both.iloc[0:0]
+    if len(blind):
+        reasons.append(
+            "  uninformative (baseline at the floor, or no drop of the margin detectable at its size; not a pass): "
+            + ", ".join(f"{r.slice}:{r.metric} ({r.base_mean:.2f}, mde {r.mde:.2f})" for r in blind.itertuples())
+        )
+    for row in both[~both["status"].isin(["pass", "uninformative"])].itertuples():
         reasons.append(
             f"  {row.status}: {row.slice} {row.metric} {row.base_mean:.3f} -> {row.cand_mean:.3f} "
             f"(diff {row.diff:+.3f}, {100 * (1 - gate.quality_alpha):.0f}% CI "

@@ -161,3 +161,33 @@ def test_every_task_answer_is_what_the_prompt_asks(task: str) -> None:
             assert call["order_id"] in e.prompt.split("->")[0].split()[-4:] + e.prompt.split()[-2:]
         else:
             assert e.choices[e.gold] == e.answer
+
+
+def test_a_slice_at_the_floor_is_uninformative_not_a_pass_and_each_slice_states_its_mde() -> None:
+    from inferopt.gate.sliced import compare, informative, min_detectable_drop, overall_status
+
+    def samples(values: list[float], slice_ctx: str) -> pd.DataFrame:
+        return pd.DataFrame(
+            [
+                {
+                    "task_name": "t",
+                    "id": f"{slice_ctx}{i}",
+                    "task": "kv",
+                    "lang": "en",
+                    "context": slice_ctx,
+                    "risk": "high",
+                    "metric": "exact",
+                    "value": v,
+                }
+                for i, v in enumerate(values)
+            ]
+        )
+
+    base = pd.concat([samples([0.0] * 58 + [1.0] * 2, "long"), samples([1.0] * 57 + [0.0] * 3, "short")])
+    table = compare(base, base.copy(), margin=0.05, samples=200).set_index("slice")
+    floor, ok = table.loc["task=kv,context=long"], table.loc["task=kv,context=short"]
+    assert floor["status"] == "uninformative" and ok["status"] == "pass"  # 0.03 cannot drop by 0.05
+    assert 0 < ok["mde"] < 0.2 and overall_status(table.reset_index()) == "pass"
+    # (1.96 + 0.84) x sqrt(2 x 0.5 x 0.5 / 100) = 0.198
+    assert min_detectable_drop(0.5, 100) == pytest.approx(0.198, abs=0.002)
+    assert not informative(0.5, 0.05, 0.6) and informative(0.9, 0.05, 0.1)
