@@ -304,7 +304,15 @@ def arm_verdict(effects: pd.DataFrame, target_metrics: tuple[str, ...]) -> tuple
                 f"{r['harm_p']:.2g}, Holm over every metric){'' if target else ', side effect'}"
             )
         elif _ci_says_worse(r):
-            reasons.append(f"{_effect_text(r)}): worse, but not shown beyond the {_tolerance_text(r)} tolerance")
+            n_harm = int(effects["harm_p"].notna().sum()) if "harm_p" in effects else 0
+            reasons.append(
+                f"{_effect_text(r)}): worse, but not shown beyond the {_tolerance_text(r)} tolerance at this run's "
+                f"power (one-sided p = {r.get('harm_p', float('nan')):.2g}, Holm over {n_harm} metrics, "
+                f"{int(r.get('n_pairs', 0) or 0)} repeats; smallest detectable change "
+                f"x{1 + r.get('mde', float('nan')):.2f})"
+                if r.get("scale", "log") == "log"
+                else f"{_effect_text(r)}): worse, but not shown beyond the {_tolerance_text(r)} tolerance"
+            )
     if effects["p_value"].isna().all():
         reasons.append("no test was possible (the repeat-level test needs >= 2 repeats with data in both arms)")
     targets = effects[effects["metric"].isin(target_metrics)]
