@@ -115,7 +115,8 @@ def measure(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
         parts.append(
             Part.text(
                 _status_line(
-                    "Little's law: mean in flight = arrival rate x mean time in system",
+                    "Little's law: mean in flight = arrival rate x mean time in system (holds in steady state; "
+                    "a queue that grows through the run breaks it)",
                     "pass" if dec.get("littles_holds") else "fail",
                     [
                         f"L {dec.get('littles_L', float('nan')):.3g} vs lambda x W "
