@@ -36,7 +36,8 @@ from prefect import flow  # noqa: E402
 
 from inferopt.ablate.dispatch import run_arm_trials, trial_config  # noqa: E402
 from inferopt.ablate.regression import ACCEPTED, compare_to_accepted, trials_from_ablation, trials_from_runs  # noqa: E402
-from inferopt.config import CandidateConfig, set_dotted  # noqa: E402
+from inferopt.config import CandidateConfig, ConfigError, set_dotted  # noqa: E402
+from inferopt.config.redact import redacted_flat, redacted_paths  # noqa: E402
 from inferopt.measure.slices import headline  # noqa: E402
 from inferopt.measure.slo import RequestSLO  # noqa: E402
 from tasks.tracking import DEFAULT_EXPERIMENT, Tracker, tracking_uri  # noqa: E402
@@ -112,6 +113,12 @@ def load_accepted(
         resolved = json.loads(Path(client.download_artifacts(run_id, "candidate.resolved.json", tmp)).read_text())
         for dotted, value in (overrides or {}).items():
             set_dotted(resolved, dotted, value, what="the accepted candidate")
+        hidden = redacted_paths(resolved)
+        if hidden:  # secrets are never logged, so they cannot be read back from the accepted run
+            raise ConfigError(
+                f"candidate.resolved.json of run {run_id}: fields {hidden} were redacted when logged (secrets); "
+                "fix: pass each as an override, e.g. overrides={" + repr(hidden[0]) + ": <value>}"
+            )
         cfg = trial_config(resolved)
         children = client.search_runs(
             [client.get_run(run_id).info.experiment_id],
@@ -150,7 +157,7 @@ def nightly(
     n = repeats or max(2, len(accepted))
     tags = {"inferopt.kind": "nightly", "inferopt.candidate": cfg.name, "inferopt.accepted_run": run_id}
     if overrides:
-        tags["inferopt.nightly.overrides"] = json.dumps(overrides)
+        tags["inferopt.nightly.overrides"] = json.dumps(redacted_flat(overrides))
     tracker = Tracker.start(run_name=f"nightly-{cfg.name}", experiment=experiment, tags=tags)
     print(f"[nightly] production = run {run_id} ({cfg.name}); MLflow run {tracker.parent_run_id}", flush=True)
     try:

@@ -5,6 +5,7 @@ from there, so the directory and the MLflow run hold the same files. Run ids are
 (MlflowClient), never taken from `mlflow.active_run()`, which is None inside Prefect's task threads.
 
 Tracking URI: `MLFLOW_TRACKING_URI` if set, else SQLite `mlflow.db` in the working directory.
+Secrets never reach MLflow or the mirror: params, tags and JSON go through `inferopt.config.redact`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
+
+from inferopt.config.redact import redacted, redacted_flat, scrub_text  # noqa: E402
 
 DEFAULT_EXPERIMENT = "inferopt"
 
@@ -113,7 +116,7 @@ class Tracker:
 
     # ------------------------------------------------------------------ logging
     def params(self, values: dict[str, Any], name: str | None = None) -> None:
-        flat = flatten(values)
+        flat = redacted_flat(flatten(values))
         params = [Param(k[:250], str(v)[:6000]) for k, v in flat.items()]
         for i in range(0, len(params), 90):
             self.client.log_batch(self._run(name), params=params[i : i + 90])
@@ -131,7 +134,8 @@ class Tracker:
             self.client.log_batch(self._run(name), metrics=ms[i : i + 500])
 
     def tags(self, values: dict[str, str], name: str | None = None) -> None:
-        self.client.log_batch(self._run(name), tags=[RunTag(k, str(v)[:5000]) for k, v in values.items()])
+        safe = redacted_flat(values)
+        self.client.log_batch(self._run(name), tags=[RunTag(k, str(v)[:5000]) for k, v in safe.items()])
 
     def table(self, df: pd.DataFrame, filename: str, name: str | None = None) -> Path:
         """Write a table (parquet, plus CSV for small ones so the MLflow UI can preview it) and log it."""
@@ -153,19 +157,25 @@ class Tracker:
 
     def json(self, data: Any, filename: str, name: str | None = None) -> Path:
         path = self.dir_for(name) / filename
-        path.write_text(json.dumps(data, indent=2, default=str))
+        path.write_text(json.dumps(redacted(data), indent=2, default=str))
         self.client.log_artifact(self._run(name), str(path))
         return path
 
-    def file(self, path: str | Path, name: str | None = None, copy: bool = True) -> Path:
-        """Log an existing file; copy it into the mirror first unless it already lives there."""
+    def file(
+        self, path: str | Path, name: str | None = None, copy: bool = True, secrets: set[str] | None = None
+    ) -> Path:
+        """Log an existing file; copy it into the mirror first unless it already lives there. With `secrets`
+        (a text file such as a config), the copy has each of them replaced by ***."""
         import shutil
 
         src = Path(path)
         d = self.dir_for(name)
         dst = d / src.name
         if copy and src.resolve() != dst.resolve():
-            shutil.copy2(src, dst)
+            if secrets:
+                dst.write_text(scrub_text(src.read_text(encoding="utf-8"), secrets), encoding="utf-8")
+            else:
+                shutil.copy2(src, dst)
         self.client.log_artifact(self._run(name), str(dst))
         return dst
 

@@ -29,6 +29,7 @@ import pandas as pd
 
 from inferopt.ablate.plan import Trial, plan_arms
 from inferopt.config import CandidateConfig
+from inferopt.config.redact import redacted
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.records import RequestRecord, read_records
@@ -80,7 +81,7 @@ def save_run(run: MeasuredRun, directory: str | Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     meta = {k: getattr(run, k) for k in _SCALARS}
     meta["tags"] = vars(run.tags)
-    (d / "run.json").write_text(json.dumps(meta, default=str))
+    (d / "run.json").write_text(json.dumps(redacted(meta), default=str))  # engine info holds the system
     with (d / "requests.jsonl").open("w", encoding="utf-8") as fh:
         for r in run.records:
             fh.write(r.to_json() + "\n")
