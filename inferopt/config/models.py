@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from inferopt.config.bounds import MAX_COUNT, Count, RatePerS, Seconds, Seed, Tokens
 from inferopt.config.capabilities import Capabilities, KVBudget, Speculation  # noqa: F401 - re-exported
 from inferopt.config.settings import (  # noqa: F401 - re-exported
     METRIC_NAMES,
@@ -50,20 +51,20 @@ from inferopt.config.systems import (
 
 class PoissonArrivals(Frozen):
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: PositiveFloat
+    rate_per_s: RatePerS
 
 
 class GammaArrivals(Frozen):
     """Gamma inter-arrivals with mean 1/rate; `burstiness` = CV² of the gaps (1 = Poisson, >1 = bursty)."""
 
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: PositiveFloat
-    burstiness: PositiveFloat = 4.0
+    rate_per_s: RatePerS
+    burstiness: PositiveFloat = Field(default=4.0, le=1000.0)
 
 
 class ConstantArrivals(Frozen):
     kind: Literal["constant"] = "constant"
-    rate_per_s: PositiveFloat
+    rate_per_s: RatePerS
 
 
 ArrivalConfig = Annotated[PoissonArrivals | GammaArrivals | ConstantArrivals, Field(discriminator="kind")]
@@ -72,22 +73,28 @@ ArrivalConfig = Annotated[PoissonArrivals | GammaArrivals | ConstantArrivals, Fi
 class LengthConfig(Frozen):
     """Joint input/output lengths: a bivariate lognormal (log-space correlation), clipped to bounds."""
 
-    input_median: PositiveInt = 64
-    input_sigma: NonNegativeFloat = 0.6
-    output_median: PositiveInt = 16
-    output_sigma: NonNegativeFloat = 0.6
+    input_median: Tokens = 64
+    input_sigma: NonNegativeFloat = Field(default=0.6, le=10.0)
+    output_median: Tokens = 16
+    output_sigma: NonNegativeFloat = Field(default=0.6, le=10.0)
     correlation: float = Field(default=0.0, ge=-1.0, le=1.0)
-    input_min: PositiveInt = 4
-    input_max: PositiveInt = 512
-    output_min: PositiveInt = 1
-    output_max: PositiveInt = 128
+    input_min: Tokens = 4
+    input_max: Tokens = 512
+    output_min: Tokens = 1
+    output_max: Tokens = 128
 
     @model_validator(mode="after")
     def _bounds(self) -> LengthConfig:
         if self.input_min > self.input_max:
-            raise ValueError("input_min must be <= input_max")
+            raise ValueError(
+                f"input_min must be <= input_max ({self.input_min} > {self.input_max}); fix: lower input_min or raise "
+                "input_max"
+            )
         if self.output_min > self.output_max:
-            raise ValueError("output_min must be <= output_max")
+            raise ValueError(
+                f"output_min must be <= output_max ({self.output_min} > {self.output_max}); fix: lower output_min or "
+                "raise output_max"
+            )
         return self
 
 
@@ -95,8 +102,8 @@ class PrefixConfig(Frozen):
     """Shared-prefix groups (controls prefix-cache hit): `share_fraction` of requests start with one of
     `num_groups` shared prefixes of `prefix_len` tokens."""
 
-    num_groups: PositiveInt = 2
-    prefix_len: PositiveInt = 16
+    num_groups: PositiveInt = Field(default=2, le=MAX_COUNT)
+    prefix_len: Tokens = 16
     share_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
@@ -113,22 +120,24 @@ class TraceConfig(Frozen):
 
     path: str = Field(description="the trace file; relative paths resolve against the config file")
     format: Literal["auto", "jsonl", "csv"] = "auto"
-    time_scale: PositiveFloat = Field(default=1.0, description="multiplies the gaps (0.5 = replay twice as fast)")
-    limit: PositiveInt | None = Field(default=None, description="replay only the first N rows")
+    time_scale: PositiveFloat = Field(
+        default=1.0, le=1000.0, description="multiplies the gaps (0.5 = replay twice as fast)"
+    )
+    limit: Count | None = Field(default=None, description="replay only the first N rows")
 
 
 class WorkloadConfig(Frozen):
     """Either synthetic (`arrival` + `lengths` + `prefix` + `tenants`) or a replayed `trace`."""
 
     name: str = "workload"
-    seed: int = 0
-    num_requests: PositiveInt = 64
+    seed: Seed = 0
+    num_requests: Count = 64
     arrival: ArrivalConfig | None = None
     trace: TraceConfig | None = None
     lengths: LengthConfig = LengthConfig()
     prefix: PrefixConfig = PrefixConfig()
     tenants: tuple[TenantConfig, ...] = (TenantConfig(name="default"),)
-    timeout_s: PositiveFloat = Field(default=60.0, description="per-request client timeout")
+    timeout_s: Seconds = Field(default=60.0, description="per-request client timeout")
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
@@ -144,9 +153,9 @@ class WorkloadConfig(Frozen):
     def _tenants_unique(cls, value: tuple[TenantConfig, ...]) -> tuple[TenantConfig, ...]:
         names = [t.name for t in value]
         if not names:
-            raise ValueError("at least one tenant is needed")
+            raise ValueError("at least one tenant is needed; fix: e.g. tenants: [{name: default}], or drop tenants")
         if len(set(names)) != len(names):
-            raise ValueError(f"tenant names must be unique, got {names}")
+            raise ValueError(f"tenant names must be unique, got {names}; fix: rename one")
         return value
 
 
@@ -164,6 +173,23 @@ class SLOConfig(Frozen):
     max_timeout_rate: float = Field(default=0.01, ge=0.0, le=1.0)
     max_error_rate: float = Field(default=0.01, ge=0.0, le=1.0)
 
+    @model_validator(mode="after")
+    def _consistent(self) -> SLOConfig:
+        """A percentile bound below a lower percentile's, or a first token slower than the whole answer, is a
+        contradiction no system can meet (or a typo in the unit)."""
+        pairs = [
+            ("ttft_p50_ms", self.ttft_p50_ms, "ttft_p99_ms", self.ttft_p99_ms, "a median above its p99"),
+            ("ttft_p99_ms", self.ttft_p99_ms, "e2e_p99_ms", self.e2e_p99_ms, "the first token after the whole answer"),
+            ("tpot_p95_ms", self.tpot_p95_ms, "e2e_p99_ms", self.e2e_p99_ms, "one token slower than the whole answer"),
+        ]
+        for low, a, high, b, what in pairs:
+            if a is not None and b is not None and a > b:
+                raise ValueError(
+                    f"{low} = {a:g} > {high} = {b:g}: {what} is a contradiction; fix: {low} <= {high} "
+                    "(check the units: milliseconds)"
+                )
+        return self
+
 
 class HardwareConfig(Frozen):
     """Peak compute and memory of the device. `measure_at_runtime` (CPU) replaces the peaks with
@@ -174,7 +200,7 @@ class HardwareConfig(Frozen):
     peak_flops_per_s: dict[str, PositiveFloat] = Field(description="per dtype name, e.g. float32, bfloat16")
     mem_bandwidth_bytes_per_s: PositiveFloat
     memory_bytes: PositiveFloat
-    tdp_w: PositiveFloat
+    tdp_w: PositiveFloat = Field(le=1e6)
     price_per_hour_usd: NonNegativeFloat
     measure_at_runtime: bool = False
     source: str = ""
@@ -193,7 +219,8 @@ class CandidateConfig(Frozen):
         description="dotted field paths of the baseline -> new value, e.g. {attn_implementation: sdpa}"
     )
     target_metrics: tuple[str, ...] = Field(
-        default=("tpot_ms_p50", "ttft_ms_p99"), description="what the change is meant to improve"
+        default=("tpot_ms_p50", "ttft_ms_p99"),
+        description=f"what the change is meant to improve; one or more of {', '.join(METRIC_NAMES)}",
     )
     workload: WorkloadConfig
     slo: SLOConfig
@@ -203,11 +230,38 @@ class CandidateConfig(Frozen):
     validation: ValidationSettings = ValidationSettings()
     gate: GateSettings = GateSettings()
     lint: LintSettings = LintSettings()
+    allow_hardware_mismatch: bool = Field(
+        default=False,
+        description="the hardware file describes another device than the system runs on (e.g. to project a CPU "
+        "run onto a GPU's roofs); without it the pre-run check refuses a gpu hardware file for a cpu system and "
+        "the reverse",
+    )
+
+    @field_validator("target_metrics")
+    @classmethod
+    def _known_targets(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError(f"no target metric; fix: name at least one of {', '.join(METRIC_NAMES)}")
+        for name in value:
+            if name not in METRIC_NAMES:
+                close = difflib.get_close_matches(str(name), METRIC_NAMES, n=1)
+                raise ValueError(
+                    f"unknown target metric {str(name)[:60]!r} (the ablation would find it in no arm and call every "
+                    "arm 'no detectable change'); fix: "
+                    + (f"did you mean {close[0]!r}? " if close else "")
+                    + f"one of {', '.join(METRIC_NAMES)}"
+                )
+        if len(set(value)) != len(value):
+            raise ValueError(f"target metrics {list(value)} name one twice; fix: list each once")
+        return value
 
     @model_validator(mode="after")
     def _changes_apply(self) -> CandidateConfig:
         if not self.changes:
-            raise ValueError("changes is empty: a candidate must change at least one baseline field")
+            raise ValueError(
+                "changes is empty: a candidate must change at least one baseline field; fix: e.g. changes: "
+                "{attn_implementation: sdpa} (a dotted field of the baseline and its new value)"
+            )
         apply_changes(self.baseline, self.changes)  # raises with the offending path
         single_change_systems(self.baseline, self.changes)  # each change alone moves exactly one field
         unknown = sorted(set(self.ablation.harm_tolerances) - set(METRIC_NAMES))

@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from inferopt.config.bounds import MAX_SECONDS, Count, Seconds, Seed, Tokens
 from inferopt.config.systems import Frozen
 
 PairedTest = Literal["repeat_t", "two_level_bootstrap"]  # how an ablation tests an arm against the baseline
@@ -41,10 +42,11 @@ METRIC_NAMES: tuple[str, ...] = (
     "cpu_time_s",
     "gpu_energy_j",
 )
+MIN_REPEATS = 2  # the paired test over repeats (`inferopt.stats.inference.paired_repeat_test`) needs two
 
 
 class MeasureSettings(Frozen):
-    warmup_requests: int = Field(default=2, ge=0, description="sent before measuring, excluded and declared")
+    warmup_requests: int = Field(default=2, ge=0, le=10_000, description="sent before measuring, excluded and declared")
 
 
 class AblationSettings(Frozen):
@@ -61,15 +63,15 @@ class AblationSettings(Frozen):
     whatever the stopping rule (see `inferopt.ablate.run`)."""
 
     repeats: PositiveInt = Field(
-        default=3, description="trials per arm (fixed design), interleaved in seeded random order"
+        default=3, le=1000, description="trials per arm (fixed design), interleaved in seeded random order"
     )
-    seed: int = 0
+    seed: Seed = 0
     test: PairedTest = Field(
         default="repeat_t",
         description="repeat_t: paired t-test over repeats on per-trial log ratios (the repeat is the unit); "
         "two_level_bootstrap: resample repeats then requests (anti-conservative with few repeats)",
     )
-    bootstrap_samples: PositiveInt = Field(default=2000, description="resamples for test: two_level_bootstrap")
+    bootstrap_samples: Count = Field(default=2000, description="resamples for test: two_level_bootstrap")
     harm_tolerance: float = Field(
         default=0.05,
         gt=0.0,
@@ -101,7 +103,7 @@ class AblationSettings(Frozen):
     alpha: float = Field(
         default=0.05, gt=0.0, lt=0.5, description="family-wise error over metrics (Holm) and looks (Bonferroni)"
     )
-    num_requests: PositiveInt | None = Field(default=None, description="requests per trial (default: the workload's)")
+    num_requests: Count | None = Field(default=None, description="requests per trial (default: the workload's)")
     aa_arm: bool = Field(
         default=True, description="also run the baseline again as arm `aa`: the noise floor, measured in the same run"
     )
@@ -109,7 +111,7 @@ class AblationSettings(Frozen):
         default=None, description="sequential design: first look after this many repeats (default: repeats)"
     )
     max_repeats: PositiveInt | None = Field(
-        default=None, description="sequential design: last look; unset = fixed design with `repeats`"
+        default=None, le=1000, description="sequential design: last look; unset = fixed design with `repeats`"
     )
     dispatch: Literal["inline", "workers"] = Field(
         default="inline",
@@ -118,7 +120,7 @@ class AblationSettings(Frozen):
     )
     arm_deployment: str = Field(default="arm/arm", description="dispatch: workers — the deployment that runs one arm")
     dispatch_timeout_s: PositiveFloat = Field(
-        default=3600.0, description="dispatch: workers — longest wait for all arms"
+        default=3600.0, le=7 * MAX_SECONDS, description="dispatch: workers — longest wait for all arms"
     )
     extra_arms: tuple[dict[str, Any], ...] = Field(
         default=(),
@@ -145,6 +147,12 @@ class AblationSettings(Frozen):
             if self.min_repeats is not None:
                 raise ValueError(
                     "min_repeats only applies to sequential stopping; fix: set max_repeats too, or drop min_repeats"
+                )
+            if self.repeats < MIN_REPEATS:
+                raise ValueError(
+                    f"repeats = {self.repeats}: the paired test over repeats needs >= {MIN_REPEATS} (one trial per "
+                    f"arm says nothing about trial-to-trial noise, so every arm would read 'no detectable change'); "
+                    f"fix: repeats >= {MIN_REPEATS} (3 or more to detect anything but large effects)"
                 )
             return self
         first = self.min_repeats if self.min_repeats is not None else self.repeats
@@ -184,13 +192,15 @@ class RetrySettings(Frozen):
     """Opt-in client retry of rejected requests (HTTP 429/503), as a real caller would (`inferopt.transport.retry`):
     bounded attempts, the server's Retry-After honoured, else exponential backoff with full jitter."""
 
-    max_attempts: PositiveInt = Field(default=3, description="attempts in all, the first included")
-    base_backoff_s: NonNegativeFloat = 0.25
-    max_backoff_s: NonNegativeFloat = 4.0
+    max_attempts: PositiveInt = Field(default=3, le=100, description="attempts in all, the first included")
+    base_backoff_s: NonNegativeFloat = Field(default=0.25, le=3600.0)
+    max_backoff_s: NonNegativeFloat = Field(default=4.0, le=3600.0)
     jitter: Literal["full", "none"] = "full"
     honour_retry_after: bool = True
-    max_retry_after_s: NonNegativeFloat = Field(default=30.0, description="a longer Retry-After ends the retries")
-    budget_s: PositiveFloat | None = Field(default=None, description="total waiting per request across its retries")
+    max_retry_after_s: NonNegativeFloat = Field(
+        default=30.0, le=3600.0, description="a longer Retry-After ends the retries"
+    )
+    budget_s: Seconds | None = Field(default=None, description="total waiting per request across its retries")
 
 
 _KIND_FIELDS = {
@@ -210,10 +220,10 @@ class ScenarioConfig(Frozen):
     name: str
     kind: Literal["steady", "burst", "overload", "node_failure"]
     rate_scale: PositiveFloat = Field(
-        default=1.0, description="multiplies the workload's arrival rate (overload: above capacity, e.g. 4)"
+        default=1.0, le=1000.0, description="multiplies the workload's arrival rate (overload: above capacity, e.g. 4)"
     )
-    burstiness: PositiveFloat = Field(default=8.0, description="CV² of gaps for kind=burst")
-    num_requests: PositiveInt | None = None
+    burstiness: PositiveFloat = Field(default=8.0, le=1000.0, description="CV² of gaps for kind=burst")
+    num_requests: Count | None = None
     retry: RetrySettings | None = Field(default=None, description="client retries of rejected requests; None = none")
     admission_limit: PositiveInt | None = Field(
         default=None,
@@ -225,11 +235,11 @@ class ScenarioConfig(Frozen):
         description="overload: also replay the load with no queue bound (shows the p99 blow-up; not judged)",
     )
     replicas: int = Field(default=2, ge=2, le=8, description="node_failure: engine replicas behind the load balancer")
-    kill_at_s: PositiveFloat = Field(
+    kill_at_s: Seconds = Field(
         default=5.0, description="node_failure: SIGKILL one replica this long after the first measured send"
     )
     kill_replica: int = Field(default=0, ge=0, description="node_failure: which replica (0-based) is killed")
-    max_recovery_s: PositiveFloat = Field(
+    max_recovery_s: Seconds = Field(
         default=10.0,
         description="node_failure: longest tolerated time for the failure rate to return to baseline after the kill",
     )
@@ -312,17 +322,17 @@ class GateSettings(Frozen):
         default=None, gt=0.0, le=1.0, description="MLPerf's rule: candidate >= ratio x baseline (e.g. 0.99)"
     )
     quality_alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="two-sided level of each slice's interval")
-    quality_bootstrap: PositiveInt = 2000
-    quality_limit: PositiveInt | None = Field(default=None, description="documents per task (None = all)")
+    quality_bootstrap: Count = 2000
+    quality_limit: Count | None = Field(default=None, description="documents per task (None = all)")
     quality_data_dir: str | None = Field(
         default=None, description="directory with <task>.jsonl (real task data); None = the built-in suite"
     )
-    held_prompts: PositiveInt = 16
-    prompt_len: PositiveInt = 48
-    continuation_len: PositiveInt = 16
+    held_prompts: Count = 16
+    prompt_len: Tokens = 48
+    continuation_len: Tokens = 16
     min_token_agreement: float = Field(default=0.98, ge=0.0, le=1.0)
     max_mean_kl: NonNegativeFloat = 0.01
-    seed: int = 1234
+    seed: Seed = 1234
 
 
 class LintSettings(Frozen):

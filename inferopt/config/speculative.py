@@ -24,7 +24,7 @@ LAYERS_RE = re.compile(r"^layers:(\d+)$")
 class SpeculativeDecoding(BaseModel):
     """Draft-then-verify decoding at batch 1 (the engine serves one request at a time while it is on)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     draft_model: str = Field(description="layers:N (the target's first N layers), builtin:<name>, or a model directory")
     num_draft_tokens: PositiveInt = Field(default=4, le=32, description="k: tokens the draft proposes per round")

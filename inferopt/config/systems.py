@@ -20,12 +20,12 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
-    PositiveFloat,
     PositiveInt,
     field_validator,
     model_validator,
 )
 
+from inferopt.config.bounds import MAX_COUNT, MAX_TOKENS, Seconds, Seed, check_number
 from inferopt.config.capabilities import Capabilities, KVBudget, Speculation
 from inferopt.config.speculative import SpeculativeDecoding
 from inferopt.model.builtin import builtin_names
@@ -42,7 +42,14 @@ class ConfigError(ValueError):
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """Every config model: immutable, no unknown fields, every number finite and in range (`bounds.py`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_in_range(cls, value: Any) -> Any:
+        return check_number(value)
 
 
 def knob_fields(model: type[BaseModel], plumbing: frozenset[str] = frozenset()) -> tuple[str, ...]:
@@ -91,8 +98,8 @@ class BatchingKnobs(Frozen):
     policy: Literal["static"] = Field(
         default="static", description="static: a batch runs until its longest member ends (B1)"
     )
-    max_batch_size: PositiveInt = 4
-    batch_wait_ms: NonNegativeFloat = Field(default=5.0, description="B4: wait this long to fill a batch")
+    max_batch_size: PositiveInt = Field(default=4, le=65_536)
+    batch_wait_ms: NonNegativeFloat = Field(default=5.0, le=60_000.0, description="B4: wait this long to fill a batch")
     max_queue: PositiveInt | None = Field(
         default=None, description="admission control: reject arrivals beyond this many waiting (None = unbounded)"
     )
@@ -114,7 +121,7 @@ class HFSystem(Frozen):
         default="sdpa",
         description="attention kernel; flash_attention_2|3 are GPU-only (an arm asking for them on cpu is skipped)",
     )
-    torch_threads: PositiveInt = 1
+    torch_threads: PositiveInt = Field(default=1, le=1024)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batching: BatchingKnobs = BatchingKnobs()
     stop_at_eos: bool = True
@@ -240,13 +247,13 @@ class FakeSystem(Frozen):
 
     engine: Literal["fake"] = "fake"
     name: str = "fake"
-    context_ms: NonNegativeFloat = 0.2
-    prefill_ms_per_token: NonNegativeFloat = 0.02
-    prefill_base_ms: NonNegativeFloat = 1.0
-    decode_step_ms: NonNegativeFloat = 2.0
-    decode_ms_per_seq: NonNegativeFloat = 0.1
+    context_ms: NonNegativeFloat = Field(default=0.2, le=60_000.0)
+    prefill_ms_per_token: NonNegativeFloat = Field(default=0.02, le=60_000.0)
+    prefill_base_ms: NonNegativeFloat = Field(default=1.0, le=60_000.0)
+    decode_step_ms: NonNegativeFloat = Field(default=2.0, le=60_000.0)
+    decode_ms_per_seq: NonNegativeFloat = Field(default=0.1, le=60_000.0)
     jitter_cv: NonNegativeFloat = Field(
-        default=0.0, description="lognormal noise on every delay (coefficient of variation)"
+        default=0.0, le=10.0, description="lognormal noise on every delay (coefficient of variation)"
     )
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     cached_prefix_fraction: float = Field(
@@ -254,11 +261,12 @@ class FakeSystem(Frozen):
     )
     transport_delay_ms: NonNegativeFloat = Field(
         default=0.0,
+        le=60_000.0,
         description="each token reaches the client this long after the engine stamped it (planted transport)",
     )
-    vocab_size: PositiveInt = 288
+    vocab_size: PositiveInt = Field(default=288, le=MAX_TOKENS)
     eos_token_id: int = 2
-    seed: int = 0
+    seed: Seed = 0
     batching: BatchingKnobs = BatchingKnobs()
 
     @property
@@ -341,8 +349,8 @@ class VLLMSystem(Frozen):
     )
     extra_args: tuple[str, ...] = Field(default=(), description="further `vllm serve` flags, passed verbatim")
     extra_env: dict[str, str] = Field(default_factory=dict)
-    startup_timeout_s: PositiveFloat = 600.0
-    max_connections: PositiveInt = 1024
+    startup_timeout_s: Seconds = 600.0
+    max_connections: PositiveInt = Field(default=1024, le=MAX_COUNT)
 
     def python_path(self, root: Path) -> Path:
         p = Path(self.python).expanduser()
@@ -399,12 +407,12 @@ class OpenAISystem(Frozen):
     base_url: str = Field(description="e.g. http://127.0.0.1:8000 (the /v1/... paths are added)")
     served_model: str = Field(description="the `model` field sent with each request")
     api: Literal["completions", "chat"] = "completions"
-    vocab_size: PositiveInt = Field(description="prompts are sent as token ids drawn below this")
+    vocab_size: PositiveInt = Field(le=MAX_TOKENS, description="prompts are sent as token ids drawn below this")
     metrics_url: str | None = Field(
         default=None, description="Prometheus /metrics for the aggregate join; None = base_url + /metrics if it answers"
     )
     headers: dict[str, str] = Field(default_factory=dict)
-    max_connections: PositiveInt = 1024
+    max_connections: PositiveInt = Field(default=1024, le=MAX_COUNT)
     temperature: NonNegativeFloat = Field(
         default=0.0,
         description="sampling temperature sent with every request; 0 = greedy, as the hf engine decodes "
@@ -420,8 +428,17 @@ class OpenAISystem(Frozen):
     @classmethod
     def _url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"base_url {value!r} is not an http(s) URL; fix: e.g. http://127.0.0.1:8000")
+            raise ValueError(f"base_url {value[:60]!r} is not an http(s) URL; fix: e.g. http://127.0.0.1:8000")
         return value.rstrip("/").removesuffix("/v1")
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _metrics_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(
+                f"metrics_url {value[:60]!r} is not an http(s) URL; fix: e.g. http://127.0.0.1:8000/metrics, or drop it"
+            )
+        return value
 
     @property
     def capabilities(self) -> Capabilities:
