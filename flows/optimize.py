@@ -4,10 +4,11 @@
     python -m flows.optimize --serve                                 # serve deployment optimize/candidate
     prefect deployment run optimize/candidate -p candidate=configs/candidates/sdpa.yaml --watch
 
-measure -> locate -> choose -> ablate -> validate -> gate -> verdict. The config is validated before any
-model loads, and so are the benchmark cheats a config shows (SPEC V4, `inferopt.verdict.lint`): a refused config
-stops like a config error unless `lint.allow` opts in, which is recorded and flags the verdict. Every step is
-a Prefect task wrapping a pure function of `inferopt`.
+measure -> locate -> choose -> ablate -> validate -> gate -> verdict. Before Prefect, MLflow or any model
+starts, `prerun` checks every input (`inferopt.config.precheck`: the config and its files, the trace's rows,
+paths, numbers, the device) and the benchmark cheats a config shows (SPEC V4, `inferopt.verdict.lint`); a
+refusal is one message and exit code 2 (`lint.allow` opts into a cheat, recorded and flagged on the verdict).
+Secrets are redacted in everything logged. Every step is a Prefect task wrapping a pure function of `inferopt`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,9 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the op profile in locate: no U
 
 from prefect import flow, task  # noqa: E402
 
-from inferopt.config import CandidateConfig, ConfigError, load_config  # noqa: E402
+from inferopt.config import CandidateConfig, ConfigError  # noqa: E402
+from inferopt.config.precheck import check_candidate, parse_set_items  # noqa: E402
+from inferopt.config.redact import redacted, secret_values  # noqa: E402
 from inferopt.verdict.lint import CheatRefused, refuse_cheats  # noqa: E402
 from tasks.ablate import ablate_task  # noqa: E402
 from tasks.choose import choose_task  # noqa: E402
@@ -41,11 +45,28 @@ from tasks.verdict import verdict_task  # noqa: E402
 DEFAULT_CANDIDATE = "configs/candidates/batching.yaml"
 
 
-@task(name="load-config")
-def load_candidate(candidate: str, overrides: dict[str, Any] | None = None) -> CandidateConfig:
-    cfg = load_config(candidate, kind="candidate", **(overrides or {}))
+def precheck(candidate: str, overrides: dict[str, Any] | None = None) -> CandidateConfig:
+    """The pre-run check, before Prefect, MLflow or any model: every input (`check_candidate`: the config, its
+    files, the trace's rows, paths, device), then the cheat lint. Raises ConfigError (CheatRefused is one)."""
+    cfg = check_candidate(candidate, overrides)
     refuse_cheats(cfg)  # SPEC V4: raises CheatRefused (a ConfigError) before any model loads
     return cfg
+
+
+def prerun(candidate: str, set_items: Sequence[str] = ()) -> tuple[CandidateConfig, dict[str, Any]]:
+    """What `main` runs before Prefect or MLflow start: the `--set` items parsed, then `precheck`."""
+    overrides = parse_set_items(set_items)
+    return precheck(candidate, overrides), overrides
+
+
+def refusal(exc: ConfigError, candidate: str) -> str:
+    """The one message the CLI prints for a refused input (stderr, then exit code 2)."""
+    return f"{candidate}: {exc}" if isinstance(exc, CheatRefused) else f"config error: {exc}"
+
+
+@task(name="load-config")
+def load_candidate(candidate: str, overrides: dict[str, Any] | None = None) -> CandidateConfig:
+    return precheck(candidate, overrides)
 
 
 @flow(name="optimize", log_prints=False, validate_parameters=True)  # step progress to stdout
@@ -74,12 +95,12 @@ def optimize(
                 "baseline": cfg.baseline.model_dump(mode="json"),
             }
         )
-        tracker.json(cfg.model_dump(mode="json"), "candidate.resolved.json")
+        tracker.json(redacted(cfg.model_dump(mode="json")), "candidate.resolved.json")  # secrets as ***
         if cfg.lint.allow:  # the documented override of the cheat lint: on the run from the start
             tracker.tags(
                 {"inferopt.lint.allow": ",".join(cfg.lint.allow), "inferopt.lint.allow_reason": cfg.lint.reason}
             )
-        tracker.file(candidate)
+        tracker.file(candidate, secrets=secret_values(cfg.model_dump(mode="json")))  # the file as written, scrubbed
         progress.step("measure")
         measured = measure_task(cfg, tracker)
         progress.step("locate")
@@ -129,22 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         optimize.serve(name="candidate", cron=args.cron, parameters={"candidate": args.candidate})
         return 0
-    import yaml
-
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"--set {item!r}: expected FIELD=VALUE")
-        overrides[key] = yaml.safe_load(value)
-    # fail on a bad config before Prefect or any model starts
-    try:
-        refuse_cheats(load_config(args.candidate, kind="candidate", **overrides))
-    except CheatRefused as exc:
-        print(f"{args.candidate}: {exc}", file=sys.stderr)
-        return 2
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
+    try:  # fail on a bad input before Prefect, MLflow or any model starts (exit 2, one message)
+        _cfg, overrides = prerun(args.candidate, args.set)
+    except ConfigError as exc:  # CheatRefused included
+        print(refusal(exc, args.candidate), file=sys.stderr)
         return 2
     result = optimize(candidate=args.candidate, overrides=overrides or None)
     print(
