@@ -133,7 +133,7 @@ def _paths(cfg: CandidateConfig) -> Iterator[Problem]:
     """Files and interpreters the run will open: tokenizers, vLLM's python, the quality model and data."""
     seen: set[tuple[str, str]] = set()
     for loc, system in _systems(cfg):
-        model = getattr(system, "model", None)
+        model = system.capabilities.model  # the ModelSpec it serves (hf, vllm), else None
         tok = model.tokenizer if model is not None else None
         if tok and ("tokenizer", tok) not in seen and not Path(tok).expanduser().is_dir():
             seen.add(("tokenizer", tok))

@@ -10,7 +10,6 @@ import pytest
 
 from inferopt.config import ConfigError, load_config
 from inferopt.config.precheck import check_candidate, parse_set_items
-from inferopt.config.settings import TARGET_METRICS
 from inferopt.config.yaml_io import MAX_NODES, parse_yaml, read_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,12 +92,6 @@ def test_numbers_out_of_range_are_refused_where_pydantic_would_accept_them() -> 
             load_config(cand, **{dotted: value})
     with pytest.raises(ConfigError, match="more than a day"):
         check_candidate(cand, {"workload.arrival.rate_per_s": 1e-4})
-
-
-def test_target_metric_names_are_the_ablations_metrics() -> None:
-    from inferopt.ablate.compare import ALL_METRICS
-
-    assert set(TARGET_METRICS) == {m.name for m in ALL_METRICS}
 
 
 def test_hardware_must_match_the_device_unless_said(tmp_path: Path) -> None:
