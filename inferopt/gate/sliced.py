@@ -11,7 +11,6 @@ margin m (a drop the product tolerates) and a two-sided (1 - alpha) interval [lo
 Optionally MLPerf's rule (`mlperf_ratio`, e.g. 0.99). Per slice also `mde`, the smallest drop its size and
 baseline rate could detect; a slice at the floor (baseline <= m: no drop of m can happen) or whose mde exceeds
 its baseline is `uninformative`, never a pass. Overall: fail, else inconclusive, else pass over the rest.
-
 Deliberately not here: running the models (lmeval.py) and the final verdict (inferopt.verdict).
 """
 
