@@ -113,6 +113,90 @@ def kv(rng: random.Random, lang: str, split: Split, long: bool) -> Example | Non
     )
 
 
+KV_FORMATS = ("v1", "v2")
+KV_LONG_TOKENS = (420, 481)  # v2 long prompt tokens (bytes + <bos>): 512 positions less 8 generated (lm-eval
+# truncates a prompt to max_length - max_gen_toks from the left) with room to spare
+KV_LONG_PAIRS = 8  # v2 long: pairs in the context, the queried one at a controlled distance from the query
+KV_DISTANCE_BUCKET = 64  # tokens per distance bucket (the `distance` slice and its eval stratification)
+KV_LONG_BUCKETS = 7  # distances 0-447 in the long cell
+_FILLER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # disjoint from every key byte and from the digits of the values
+
+
+def prompt_tokens(text: str) -> int:
+    """Tokens of a prompt under the quality model's byte tokenizer (<bos> + one per UTF-8 byte)."""
+    return 1 + len(text.encode())
+
+
+def kv_distance(prompt: str, key: str) -> int:
+    """Tokens from the queried key's last byte in the context to the query's last byte (the prompt's end)."""
+    raw, kb = prompt.encode(), key.encode()
+    return len(raw) - (raw.index(b" " + kb) + len(kb) + 1 if not raw.startswith(kb) else len(kb))
+
+
+def _filler(rng: random.Random, n_bytes: int) -> list[str]:
+    """Uppercase filler words (2-5 letters) whose space-joined length is exactly `n_bytes` (0 -> none)."""
+    words: list[str] = []
+    left = n_bytes
+    while left > 0:
+        w = left if left <= 6 else rng.randrange(2, 6)
+        words.append("".join(rng.choice(_FILLER) for _ in range(w)))
+        left -= w + 1
+    return words
+
+
+def kv_context(
+    rng: random.Random, keys: list[str], values: list[str], n_tokens: int, distance: int
+) -> tuple[str, int]:
+    """A context of ~`n_tokens` tokens: filler words with the pairs `keys[i]values[i]` spread at random, the
+    first pair placed so that its key sits about `distance` tokens before the end of ` ?key` (the query).
+    Returns (prompt, the exact distance)."""
+    pairs = [f"{k}{v}" for k, v in zip(keys, values, strict=True)]
+    query = f" ?{keys[0]}"
+    fixed = sum(len(x.encode()) + 1 for x in pairs) + len(query.encode())
+    units = _filler(rng, max(0, n_tokens - 1 - fixed))
+    for pair in pairs[1:]:
+        units.insert(rng.randrange(len(units) + 1), pair)
+    tail, best = 0, (1 << 30, len(units))  # tail: bytes after the insertion point, before the query
+    for i in range(len(units), -1, -1):
+        if i < len(units):
+            tail += len(units[i].encode()) + 1
+        d = tail + len(query.encode()) + len(values[0])
+        if abs(d - distance) < best[0]:
+            best = (abs(d - distance), i)
+    units.insert(best[1], pairs[0])
+    prompt = " ".join(units) + query
+    return prompt, kv_distance(prompt, keys[0])
+
+
+def kv_keys(lang: str) -> list[str]:
+    """Single-token keys in English (one letter), one character (3 UTF-8 bytes) in Chinese. Two-letter English
+    keys (`qx902 ... ?qx`, ending the query with the same token pair as in the context) were tried on the
+    shipped model: 0.0-0.2 at 64 tokens after 660 steps, where one letter had 0.35 to start from."""
+    return _ZH_KEYS if lang == "zh" else _EN_KEYS
+
+
+def kv_v2(rng: random.Random, lang: str, split: Split, long: bool, bucket: int | None = None) -> Example | None:
+    """Key-value retrieval across distance. Short: 4 pairs, nothing else (v1's form with v2 keys). Long:
+    ~420-480 tokens of filler with `KV_LONG_PAIRS` pairs, the queried pair `bucket`*64 + U[0, 64) tokens
+    before the query (a random bucket when None). The slice carries the measured `distance` in tokens."""
+    n_pairs = KV_LONG_PAIRS if long else 4
+    keys = rng.sample(kv_keys(lang), n_pairs)
+    values = [f"{rng.randrange(100, 1000)}" for _ in keys]
+    n_tokens = rng.randrange(*KV_LONG_TOKENS) if long else 0
+    b = rng.randrange(KV_LONG_BUCKETS) if bucket is None else bucket
+    target = b * KV_DISTANCE_BUCKET + rng.randrange(KV_DISTANCE_BUCKET) if long else rng.randrange(64)
+    if not _accept(split, "kv2", keys[0], values[0]):
+        return None
+    prompt, dist = kv_context(rng, keys, values, n_tokens, min(max(target, 8), n_tokens - 24) if long else target)
+    ctx = "long" if long else "short"
+    return Example(
+        f"kv-{lang}-{ctx}-{keys[0]}{values[0]}-d{dist}-{rng.randrange(1 << 30)}",
+        prompt,
+        values[0],
+        {**_slice("kv", lang, ctx, "high"), "distance": str(dist)},
+    )
+
+
 def _amount(rng: random.Random) -> str:
     return f"{rng.randrange(1, 100)}.{rng.randrange(100):02d}"
 
@@ -168,11 +252,13 @@ def copy_task(rng: random.Random) -> Example:
     return Example(f"copy-{s}", f"copy {s} ->", s, _slice("copy", "en"))
 
 
-def one(rng: random.Random, task: str, lang: str, split: Split, long: bool = False) -> Example | None:
+def one(
+    rng: random.Random, task: str, lang: str, split: Split, long: bool = False, kv_format: str = "v1"
+) -> Example | None:
     if task == "arith":
         return arith(rng, lang, split)
     if task == "kv":
-        return kv(rng, lang, split, long)
+        return kv_v2(rng, lang, split, long) if kv_format == "v2" else kv(rng, lang, split, long)
     if task == "tool":
         return tool(rng, lang, split, long)
     if task == "mc":
@@ -198,8 +284,15 @@ def stream(
             yield ex
 
 
-def eval_set(per_slice: int = 60, seed: int = 20261130) -> list[Example]:
-    """The fixed evaluation set: `per_slice` held-out examples for every (task, lang, context) cell."""
+def _eval_one(rng: random.Random, task: str, lang: str, long: bool, kv_format: str, i: int) -> Example | None:
+    if task == "kv" and long and kv_format == "v2":  # distance buckets in turn: every bucket equally often
+        return kv_v2(rng, lang, "eval", True, bucket=i % KV_LONG_BUCKETS)
+    return one(rng, task, lang, "eval", long, kv_format)
+
+
+def eval_set(per_slice: int = 60, seed: int = 20261130, kv_format: str = "v1") -> list[Example]:
+    """The fixed evaluation set: `per_slice` held-out examples for every (task, lang, context) cell
+    (`kv_format` v2: the long kv cell has the queried pair at stratified distances)."""
     rng = random.Random(seed)
     out: list[Example] = []
     for task in TASKS:
@@ -207,7 +300,7 @@ def eval_set(per_slice: int = 60, seed: int = 20261130) -> list[Example]:
             for long in (False, True) if task in ("kv", "tool") else (False,):
                 seen: set[str] = set()
                 while len(seen) < per_slice:
-                    ex = one(rng, task, lang, "eval", long)
+                    ex = _eval_one(rng, task, lang, long, kv_format, len(seen))
                     if ex is not None and ex.id not in seen:
                         seen.add(ex.id)
                         out.append(ex)
@@ -221,10 +314,13 @@ def write_jsonl(examples: list[Example], path: str | Path) -> Path:
     return path
 
 
-def write_task_files(data_dir: str | Path, per_slice: int = 60, seed: int = 20261130) -> dict[str, Path]:
-    """The lm-eval data: one `<task>.jsonl` per task from `eval_set` (deterministic: same bytes every time)."""
+def write_task_files(
+    data_dir: str | Path, per_slice: int = 60, seed: int = 20261130, kv_format: str = "v1"
+) -> dict[str, Path]:
+    """The lm-eval data: one `<task>.jsonl` per task from `eval_set` (deterministic: same bytes every time).
+    `kv_format` must be the one the shipped weights were trained for (`training.json`'s last stage)."""
     by_task: dict[str, list[Example]] = {}
-    for ex in eval_set(per_slice, seed):
+    for ex in eval_set(per_slice, seed, kv_format):
         by_task.setdefault(ex.slice["task"], []).append(ex)
     return {t: write_jsonl(rows, Path(data_dir) / f"{t}.jsonl") for t, rows in by_task.items()}
 
@@ -235,6 +331,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="write the quality suite's evaluation JSONL files")
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "gate" / "tasks" / "data"))
     ap.add_argument("--per-slice", type=int, default=60)
+    ap.add_argument("--kv-format", choices=KV_FORMATS, default="v1", help="v2: retrieval across distance")
     args = ap.parse_args()
-    for task, path in write_task_files(args.data_dir, args.per_slice).items():
+    for task, path in write_task_files(args.data_dir, args.per_slice, kv_format=args.kv_format).items():
         print(task, path)

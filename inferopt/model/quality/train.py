@@ -33,10 +33,14 @@ from inferopt.model.quality.corpus import (
     _slice,
     copy_task,
     eval_set,
+    kv_context,
+    kv_keys,
     stream,
 )
 
-KV_LEVELS = (2, 3, 4, 6, 8, 12, 24)  # pairs per kv curriculum example, easiest first
+KV_LEVELS = (2, 3, 4, 6, 8, 12, 24)  # pairs per kv curriculum example, easiest first (`kv_format` v1)
+KV_TOKEN_LEVELS = (32, 64, 128, 192, 256, 352, 480)  # v2: longest context per curriculum level, per language
+KV_TRAIN_QUERIES = 3  # v2: queries per training context (only the values are trained): 3x the signal per token
 
 MODEL_SPEC: dict[str, Any] = {
     "vocab_size": 288,
@@ -62,11 +66,16 @@ def slice_key(ex: Example) -> str:
     return f"{s['task']}/{s['lang']}/{s['context']}"
 
 
-def encode(tok: Any, ex: Example) -> tuple[list[int], int]:
-    """Token ids of <bos> prompt answer <eos>, and where the answer starts."""
+def encode(tok: Any, ex: Example) -> tuple[list[int], list[int]]:
+    """Token ids of <bos> prompt answer <eos>, and their labels (-100 outside the answer). A multi-query kv
+    training example (task `kvm`, answer `902 ?m117`) is trained on its values' digits and <eos> only."""
     prompt = tok(ex.prompt)["input_ids"]
     answer = tok(ex.answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    return prompt + answer, len(prompt)
+    labels = list(answer)
+    if ex.slice["task"] == "kvm":
+        pieces = tok.convert_ids_to_tokens(answer)
+        labels = [t if (p in "0123456789" or t == tok.eos_token_id) else -100 for t, p in zip(answer, pieces, strict=True)]
+    return prompt + answer, [-100] * len(prompt) + labels
 
 
 def batch_tensors(tok: Any, examples: list[Example]):
@@ -77,10 +86,10 @@ def batch_tensors(tok: Any, examples: list[Example]):
     ids = torch.full((len(enc), width), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(enc), width), dtype=torch.long)
     labels = torch.full((len(enc), width), -100, dtype=torch.long)
-    for i, (row, start) in enumerate(enc):
+    for i, (row, lab) in enumerate(enc):
         ids[i, : len(row)] = torch.tensor(row)
         mask[i, : len(row)] = 1
-        labels[i, start : len(row)] = torch.tensor(row[start:])
+        labels[i, : len(row)] = torch.tensor(lab)
     return ids, mask, labels
 
 
@@ -117,8 +126,17 @@ def _answers(model: Any, tok: Any, examples: list[Example]) -> list[str]:
 
 
 def dev_accuracy(model: Any, tok: Any, dev: list[Example]) -> dict[str, float]:
+    """Greedy exact match per slice; tool calls get 64 new tokens, the rest their answer length + 4."""
+    tool = [e for e in dev if e.slice["task"] == "tool"]
+    rest = [e for e in dev if e.slice["task"] != "tool"]
+    return dict(sorted({**_dev_accuracy(model, tok, tool), **_dev_accuracy(model, tok, rest)}.items()))
+
+
+def _dev_accuracy(model: Any, tok: Any, dev: list[Example]) -> dict[str, float]:
+    if not dev:
+        return {}
     model.eval()
-    answers = greedy_answers(model, tok, dev)
+    answers = greedy_answers(model, tok, dev, max_new_tokens=max(len(e.answer.encode()) for e in dev) + 4)
     model.train()
     hits: dict[str, list[bool]] = defaultdict(list)
     for ex, got in zip(dev, answers, strict=False):
@@ -150,6 +168,69 @@ def _kv_draw(rng: random.Random, level: int) -> Example:
     return ex
 
 
+def _train_value(rng: random.Random, key: str) -> str:
+    """A value for `key` such that (key, value) is never a held-out evaluation answer (v1 or v2)."""
+    while True:
+        v = f"{rng.randrange(100, 1000)}"
+        if not any((_holdout("kv2", key, v), _holdout("kv", key, v, 4), _holdout("kv", key, v, 24))):
+            return v
+
+
+def kv_long_example(rng: random.Random, lang: str, max_tokens: int, queries: int = KV_TRAIN_QUERIES) -> Example:
+    """Training-only v2 retrieval: a context of 24..`max_tokens` tokens (filler + 2-12 pairs, the first at a
+    uniform random distance), then `queries` queries in turn (`?k` value); with queries=1 it is an eval-form
+    example (task `kvc`)."""
+    n_tokens = rng.randrange(24, max_tokens + 1)
+    keys_all = kv_keys(lang)
+    pair_tokens = len(f"{keys_all[0]}100 ".encode())
+    fit = max(2, min(12, (n_tokens - 8) // pair_tokens))
+    keys = rng.sample(keys_all, rng.randint(min(fit, queries + 1), fit))
+    values = [_train_value(rng, k) for k in keys]
+    prompt, _ = kv_context(rng, keys, values, n_tokens, rng.randrange(4, n_tokens))
+    rest = rng.sample(range(1, len(keys)), min(queries - 1, len(keys) - 1))
+    answer = values[0] + "".join(f" ?{keys[i]}{values[i]}" for i in rest)
+    task = "kvm" if rest else "kvc"
+    return Example(f"{task}-{lang}-{n_tokens}-{keys[0]}{values[0]}", prompt, answer, _slice(task, lang))
+
+
+def _kv_long_draw(rng: random.Random, levels: dict[str, int]) -> Example:
+    """A v2 curriculum example: half at its language's level length, half from the easier ones; a language
+    behind the other gets 2/3 of the draws."""
+    behind = [lang for lang in LANGS if levels[lang] < max(levels.values())]
+    lang = behind[0] if behind and rng.random() < 2 / 3 else rng.choice(LANGS)
+    top = levels[lang] if rng.random() < 0.5 else rng.randrange(levels[lang] + 1)
+    return kv_long_example(rng, lang, KV_TOKEN_LEVELS[top])
+
+
+def _kv_level_check(model: Any, tok: Any, rng: random.Random, levels: dict[str, int], n: int = 24) -> dict[str, float]:
+    """Per language: single-query accuracy on `n` contexts of 3/4 to all of the current level's length."""
+    out: dict[str, float] = {}
+    for lang in LANGS:
+        top = KV_TOKEN_LEVELS[levels[lang]]
+        dev = []
+        for _ in range(n):
+            ex = kv_long_example(rng, lang, top, queries=1)
+            while len(ex.prompt.encode()) < 0.75 * top - 8:
+                ex = kv_long_example(rng, lang, top, queries=1)
+            dev.append(ex)
+        got = _answers(model, tok, dev)
+        out[lang] = round(sum(a == e.answer for a, e in zip(got, dev, strict=True)) / n, 3)
+    return out
+
+
+def _batches(pool: list[Example], batch_size: int, batch_tokens: int | None) -> list[list[Example]]:
+    """Consecutive runs of a length-sorted pool: `batch_size` examples, fewer where the padded width times
+    the count would pass `batch_tokens`."""
+    out: list[list[Example]] = [[]]
+    for ex in pool:
+        width = len(ex.prompt.encode()) + len(ex.answer.encode()) + 2
+        full = len(out[-1]) >= batch_size or (batch_tokens and (len(out[-1]) + 1) * width > batch_tokens)
+        if out[-1] and full:
+            out.append([])
+        out[-1].append(ex)
+    return out
+
+
 def _lr(step: int, total: int, base: float, warmup: int = 30) -> float:
     if step < warmup:
         return base * (step + 1) / warmup
@@ -172,13 +253,20 @@ def train(
     init_from: str | Path | None = None,
     mix: dict[str, float] | None = None,
     kv_curriculum: float = 0.0,
+    kv_format: str = "v1",
+    kv_level_start: int = 0,
+    kv_patience: int = 0,
+    batch_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Train and save; returns the training record written to `training.json`.
 
     `init_from` continues from a saved model (a second stage; the copy curriculum is skipped and its
     `training.json` history is kept), `mix` overrides the task weights of `corpus.TRAIN_MIX` for this stage.
     `kv_curriculum` > 0 replaces that share of each batch with curriculum key-value examples (`KV_LEVELS`:
-    2 pairs first, one level up each time the current level's accuracy reaches 0.8).
+    2 pairs first, one level up each time the current level's accuracy reaches 0.8). With `kv_format` "v2"
+    the curriculum is retrieval across distance (`KV_TOKEN_LEVELS`, one level per language, starting at
+    `kv_level_start`; a level also advances after `kv_patience` evaluations at it when > 0) and the dev set
+    is the v2 one. `batch_tokens` caps a batch's padded tokens (long batches get fewer examples).
 
     Recipe (from trials on this machine): loss on answer tokens only; a copy curriculum first (copy + short
     retrieval until copy is learned), then the full mix; AdamW lr 1.5e-3, betas (0.9, 0.98), warm-up, cosine
@@ -206,11 +294,13 @@ def train(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     rng = random.Random(seed)
     examples_stream = stream(seed + 1, weights=mix)
-    dev = eval_set(per_slice=12, seed=seed + 777)
+    dev = eval_set(per_slice=12, seed=seed + 777, kv_format=kv_format)
     history: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     phase, step = ("mix" if init_from else "copy"), 0
     kv_level = 0
+    levels = {lang: kv_level_start for lang in LANGS}  # v2: per-language curriculum level
+    evals_at = {lang: 0 for lang in LANGS}
     kv_dev_rng = random.Random(seed + 4242)
     model.train()
     pending: list[list[Example]] = []
@@ -221,13 +311,13 @@ def train(
             pool = [
                 copy_task(rng)
                 if (r := rng.random()) < share
-                else _kv_draw(rng, kv_level)
+                else (_kv_long_draw(rng, levels) if kv_format == "v2" else _kv_draw(rng, kv_level))
                 if r < share + kv_share
                 else next(examples_stream)
                 for _ in range(8 * batch_size)
             ]
             pool.sort(key=lambda e: len(e.prompt.encode()) + len(e.answer.encode()))
-            pending = [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
+            pending = _batches(pool, batch_size, batch_tokens)
             rng.shuffle(pending)
         examples = pending.pop()
         ids, mask, labels = batch_tensors(tok, examples)
@@ -262,7 +352,16 @@ def train(
                     "loss": round(float(loss.detach()), 4),
                     "dev_acc": acc,
                 }
-                if kv_curriculum > 0:
+                if kv_curriculum > 0 and kv_format == "v2":
+                    level_acc_by_lang = _kv_level_check(model, tok, kv_dev_rng, levels)
+                    entry["kv_level"] = {lang: KV_TOKEN_LEVELS[levels[lang]] for lang in LANGS}
+                    entry["kv_level_acc"] = level_acc_by_lang
+                    for lang in LANGS:
+                        evals_at[lang] += 1
+                        up = level_acc_by_lang[lang] >= 0.8 or (kv_patience > 0 and evals_at[lang] >= kv_patience)
+                        if up and levels[lang] + 1 < len(KV_TOKEN_LEVELS):
+                            levels[lang], evals_at[lang] = levels[lang] + 1, 0
+                elif kv_curriculum > 0:
                     level_dev = [_kv_draw(kv_dev_rng, kv_level) for _ in range(24)]
                     level_acc = (
                         sum(a == e.answer for a, e in zip(_answers(model, tok, level_dev), level_dev, strict=False))
@@ -274,7 +373,11 @@ def train(
             history.append(entry)
             if log:
                 print(json.dumps(entry), flush=True)
-            short = [v for k, v in entry.get("dev_acc", {}).items() if k.endswith("/short")]
+            short = [
+                v
+                for k, v in entry.get("dev_acc", {}).items()
+                if k.endswith("/short") or (kv_format == "v2" and k.startswith("kv/"))
+            ]
             if (short and min(short) >= target_short_acc) or elapsed_min >= max_minutes:
                 break
     out_dir = Path(out_dir)
@@ -294,6 +397,10 @@ def train(
         "init_from": str(init_from) if init_from else None,
         "mix": mix,
         "kv_curriculum": kv_curriculum,
+        "kv_format": kv_format,
+        "kv_level_start": kv_level_start,
+        "kv_patience": kv_patience,
+        "batch_tokens": batch_tokens,
         "history": history,
     }
     stages = [*stages, stage]
@@ -327,6 +434,10 @@ def main(argv: list[str] | None = None) -> None:
         default=0.0,
         help="share of each batch given to curriculum key-value examples (2 pairs first), e.g. 0.5",
     )
+    p.add_argument("--kv-format", choices=("v1", "v2"), default="v1", help="v2: retrieval across distance")
+    p.add_argument("--kv-level-start", type=int, default=0, help="v2: first curriculum level (KV_TOKEN_LEVELS)")
+    p.add_argument("--kv-patience", type=int, default=0, help="v2: also advance a level after this many evals")
+    p.add_argument("--batch-tokens", type=int, default=None, help="cap on a batch's padded tokens")
     a = p.parse_args(argv)
     mix = {k: float(v) for k, v in (kv.split("=") for kv in a.mix.split(","))} if a.mix else None
     rec = train(
@@ -341,6 +452,10 @@ def main(argv: list[str] | None = None) -> None:
         init_from=a.init_from,
         mix=mix,
         kv_curriculum=a.kv_curriculum,
+        kv_format=a.kv_format,
+        kv_level_start=a.kv_level_start,
+        kv_patience=a.kv_patience,
+        batch_tokens=a.batch_tokens,
     )
     print(
         json.dumps(

@@ -1,0 +1,165 @@
+"""Key-value retrieval across distance (issue 20): the v2 task data, its training examples, the distance
+slice, and the Mistral twin that lets a sliding-window arm run on the Llama quality model."""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from inferopt.gate.sliced import distance_table, retrieval_by_distance
+from inferopt.model.quality.corpus import (
+    KV_DISTANCE_BUCKET,
+    KV_LONG_BUCKETS,
+    KV_LONG_TOKENS,
+    _holdout,
+    eval_set,
+    kv_distance,
+    kv_v2,
+    prompt_tokens,
+    write_task_files,
+)
+from inferopt.model.quality.mistral_copy import mistral_config
+from inferopt.model.quality.train import KV_TOKEN_LEVELS, _batches, kv_long_example
+
+DATA = Path(__file__).resolve().parents[2] / "inferopt" / "gate" / "tasks" / "data"
+
+
+def _kv(kv_format: str = "v2", per_slice: int = 14) -> list:
+    return [e for e in eval_set(per_slice=per_slice, kv_format=kv_format) if e.slice["task"] == "kv"]
+
+
+def test_long_v2_fits_the_served_context_and_spreads_distance_over_every_bucket() -> None:
+    long = [e for e in _kv() if e.slice["context"] == "long"]
+    lengths = [prompt_tokens(e.prompt) for e in long]
+    # at least 384 tokens of context, and room for the 8 generated tokens lm-eval reserves in 512
+    assert min(lengths) >= max(384, KV_LONG_TOKENS[0]) and max(lengths) <= 512 - 8
+    for lang in ("en", "zh"):
+        buckets = collections.Counter(
+            int(e.slice["distance"]) // KV_DISTANCE_BUCKET for e in long if e.slice["lang"] == lang
+        )
+        assert sorted(buckets) == list(range(KV_LONG_BUCKETS)) and max(buckets.values()) - min(buckets.values()) <= 1
+
+
+def test_distance_is_where_the_queried_key_sits_and_the_key_is_unique() -> None:
+    for e in _kv():
+        key = e.prompt.rsplit("?", 1)[1]
+        raw, d = e.prompt.encode(), int(e.slice["distance"])
+        assert d == kv_distance(e.prompt, key)
+        end = len(raw) - 1 - d  # the queried key's last byte in the context, then its value
+        assert raw[end + 1 - len(key.encode()) : end + 1] == key.encode()
+        assert raw[end + 1 : end + 4].decode() == e.answer
+        context = e.prompt.rsplit(" ?", 1)[0]
+        assert context.count(key) == 1
+    short = [e for e in _kv() if e.slice["context"] == "short"]
+    assert all(int(e.slice["distance"]) < KV_DISTANCE_BUCKET for e in short)
+
+
+def test_v1_data_is_unchanged_and_is_what_ships(tmp_path: Path) -> None:
+    """The shipped data must match the shipped weights: the default (v1) files are byte-identical to it."""
+    shipped_kv = (DATA / "kv.jsonl").read_text(encoding="utf-8")
+    fmt = "v2" if '"distance"' in shipped_kv else "v1"
+    written = write_task_files(tmp_path, kv_format=fmt)
+    for task, path in written.items():
+        assert path.read_text(encoding="utf-8") == (DATA / f"{task}.jsonl").read_text(encoding="utf-8"), task
+    assert "distance" not in json.loads(_kv("v1")[0].to_json())["slice"]
+
+
+def test_training_kv_never_queries_a_held_out_pair_and_trains_only_values() -> None:
+    from inferopt.model.build import build_byte_tokenizer
+    from inferopt.model.quality.train import encode
+
+    tok = build_byte_tokenizer(288)
+    rng = random.Random(3)
+    for i in range(300):
+        lang = ("en", "zh")[i % 2]
+        ex = kv_long_example(rng, lang, KV_TOKEN_LEVELS[i % len(KV_TOKEN_LEVELS)])
+        assert prompt_tokens(ex.prompt + ex.answer) <= 512 - 1
+        queried = [(ex.prompt.rsplit("?", 1)[1], ex.answer.split(" ")[0])]
+        queried += [(q[: -3], q[-3:]) for q in ex.answer.split(" ?")[1:]]
+        for key, value in queried:
+            assert f" {key}{value}" in " " + ex.prompt.rsplit(" ?", 1)[0]
+            assert not (_holdout("kv2", key, value) or _holdout("kv", key, value, 4) or _holdout("kv", key, value, 24))
+        ids, labels = encode(tok, ex)
+        trained = tok.decode([t for t in labels if t != -100])
+        assert trained == "".join(v for _, v in queried) + "<eos>"
+
+
+def test_eval_pairs_are_held_out_by_construction() -> None:
+    rng = random.Random(0)
+    for _ in range(200):
+        ex = kv_v2(rng, "en", "train", long=rng.random() < 0.5)
+        if ex is not None:
+            assert not _holdout("kv2", ex.prompt.rsplit("?", 1)[1], ex.answer)
+    assert all(_holdout("kv2", e.prompt.rsplit("?", 1)[1], e.answer) for e in _kv())
+
+
+def test_token_capped_batches_keep_every_example_in_order() -> None:
+    pool = _kv()
+    pool.sort(key=lambda e: len(e.prompt.encode()))
+    batches = _batches(pool, 16, 4096)
+    assert [e for b in batches for e in b] == pool
+    for b in batches:
+        width = max(len(e.prompt.encode()) + len(e.answer.encode()) + 2 for e in b)
+        assert len(b) <= 16 and (len(b) == 1 or len(b) * width <= 4096)
+
+
+def _kv_samples(dist_acc: list[tuple[int, float]], lang: str = "en") -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {"task": "kv", "lang": lang, "metric": "exact", "distance": float(d), "value": v, "id": f"{lang}{i}"}
+            for i, (d, v) in enumerate(dist_acc)
+        ]
+        + [{"task": "arith", "lang": lang, "metric": "exact", "distance": float("nan"), "value": 1.0, "id": "a"}]
+    )
+
+
+def test_retrieval_by_distance_buckets_per_language_and_pooled() -> None:
+    s = pd.concat([_kv_samples([(5, 1.0), (60, 0.0), (64, 1.0), (130, 0.0)]), _kv_samples([(10, 1.0)], "zh")])
+    t = retrieval_by_distance(s).set_index(["lang", "bucket_lo"])
+    assert t.loc[("en", 0), "accuracy"] == 0.5 and t.loc[("en", 0), "n"] == 2
+    assert t.loc[("en", 64), "bucket_hi"] == 127 and t.loc[("en", 128), "accuracy"] == 0.0
+    assert t.loc[("all", 0), "n"] == 3 and t.loc[("all", 0), "accuracy"] == pytest.approx(2 / 3)
+    assert retrieval_by_distance(s.drop(columns=["distance"])).empty  # v1 data: no distances, no table
+
+
+def test_distance_table_shows_where_a_candidate_forgets() -> None:
+    base = _kv_samples([(d, 1.0) for d in range(0, 448, 16)])
+    cand = _kv_samples([(d, 1.0 if d < 128 else 0.0) for d in range(0, 448, 16)])
+    t = distance_table(base, cand)
+    en = t[t["lang"] == "en"].set_index("bucket_lo")
+    assert (en["base_acc"] == 1.0).all()
+    assert en.loc[64, "cand_acc"] == 1.0 and en.loc[128, "cand_acc"] == 0.0 and en.loc[384, "cand_acc"] == 0.0
+
+
+def test_mistral_twin_config_keeps_every_dimension_and_has_no_window() -> None:
+    llama = json.loads((Path(__file__).resolve().parents[2] / "inferopt/model/builtin/quality-tiny/config.json").read_text())
+    m = mistral_config(llama)
+    assert m["model_type"] == "mistral" and m["architectures"] == ["MistralForCausalLM"] and m["sliding_window"] is None
+    for k in ("hidden_size", "num_hidden_layers", "num_key_value_heads", "head_dim", "rope_parameters", "vocab_size"):
+        assert m[k] == llama[k]
+    with pytest.raises(ValueError, match="biases"):
+        mistral_config({**llama, "attention_bias": True})
+
+
+def test_mistral_twin_computes_the_llamas_logits_and_a_window_changes_only_far_positions(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    from inferopt.model.quality.mistral_copy import mistral_copy
+
+    src = Path(__file__).resolve().parents[2] / "inferopt/model/builtin/quality-tiny"
+    twin = mistral_copy(src, tmp_path / "twin")
+    llama = AutoModelForCausalLM.from_pretrained(src).eval()
+    plain = AutoModelForCausalLM.from_pretrained(twin).eval()
+    window = AutoModelForCausalLM.from_pretrained(twin, sliding_window=32).eval()
+    assert type(plain).__name__ == "MistralForCausalLM"
+    x = torch.randint(3, 250, (1, 96), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, b, c = llama(x).logits, plain(x).logits, window(x).logits
+    assert torch.equal(a, b)
+    assert torch.allclose(a[:, :32], c[:, :32]) and not torch.allclose(a[:, 64:], c[:, 64:], atol=1e-3)
