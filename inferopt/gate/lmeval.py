@@ -67,6 +67,7 @@ def samples_frame(samples: dict[str, list[dict[str, Any]]]) -> pd.DataFrame:
                 "lang": sl["lang"],
                 "context": sl["context"],
                 "risk": sl["risk"],
+                "distance": float(sl["distance"]) if sl.get("distance") not in (None, "") else float("nan"),
             }
             extra: dict[str, Any] = {"response": None}
             if doc.get("choices"):

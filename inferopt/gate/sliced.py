@@ -253,3 +253,34 @@ def accuracy_by_slice(samples: pd.DataFrame) -> pd.DataFrame:
         .agg(["mean", "count"])
         .rename(columns={"mean": "accuracy", "count": "n"})
     )
+
+
+DISTANCE_BUCKET_TOKENS = 64
+
+
+def retrieval_by_distance(samples: pd.DataFrame, bucket_tokens: int = DISTANCE_BUCKET_TOKENS) -> pd.DataFrame:
+    """One model's key-value retrieval accuracy by key-to-query distance: lang (and "all") x bucket of
+    `bucket_tokens` tokens -> n, accuracy. Empty when no document carries a distance (v1 task data)."""
+    cols = ["lang", "bucket_lo", "bucket_hi", "n", "accuracy"]
+    if "distance" not in samples:
+        return pd.DataFrame(columns=cols)
+    kv = samples[(samples["task"] == "kv") & (samples["metric"] == PRIMARY_METRIC["kv"])].dropna(subset=["distance"])
+    if kv.empty:
+        return pd.DataFrame(columns=cols)
+    lo = (kv["distance"].astype(int) // bucket_tokens) * bucket_tokens
+    kv = kv.assign(bucket_lo=lo, bucket_hi=lo + bucket_tokens - 1)
+    both = pd.concat([kv, kv.assign(lang="all")], ignore_index=True)
+    out = both.groupby(["lang", "bucket_lo", "bucket_hi"], as_index=False)["value"].agg(["count", "mean"])
+    return out.rename(columns={"count": "n", "mean": "accuracy"})[cols]
+
+
+def distance_table(base: pd.DataFrame, cand: pd.DataFrame, bucket_tokens: int = DISTANCE_BUCKET_TOKENS) -> pd.DataFrame:
+    """Both arms' retrieval accuracy per distance bucket, side by side (lang, bucket_lo, bucket_hi, n,
+    base_acc, cand_acc): where along the context a candidate starts to forget. Descriptive; the gated
+    decision stays with the `task=kv,context=long` slice."""
+    b = retrieval_by_distance(base, bucket_tokens).rename(columns={"accuracy": "base_acc"})
+    c = retrieval_by_distance(cand, bucket_tokens).rename(columns={"accuracy": "cand_acc", "n": "n_cand"})
+    if b.empty or c.empty:
+        return pd.DataFrame(columns=["lang", "bucket_lo", "bucket_hi", "n", "base_acc", "cand_acc"])
+    both = b.merge(c, on=["lang", "bucket_lo", "bucket_hi"], how="inner")
+    return both.drop(columns=["n_cand"])

@@ -28,6 +28,7 @@ from inferopt.gate.sliced import (
     accuracy_by_slice,
     calibration,
     compare,
+    distance_table,
     overall_status,
 )
 from inferopt.model.loading import load_system_model
@@ -41,6 +42,7 @@ class SuiteGate:
     table: pd.DataFrame = field(default_factory=pd.DataFrame)  # slice x metric with paired CIs
     calibration: pd.DataFrame = field(default_factory=pd.DataFrame)  # ECE / Brier per language
     accuracy: pd.DataFrame = field(default_factory=pd.DataFrame)  # arm x task x lang x context
+    distance: pd.DataFrame = field(default_factory=pd.DataFrame)  # retrieval accuracy per distance bucket, both arms
     task_success_rate: dict[str, float] = field(default_factory=dict)  # arm -> share of documents answered right
     lm_eval_results: dict[str, Any] = field(default_factory=dict)  # arm -> lm-eval's own aggregates
     samples: dict[str, pd.DataFrame] = field(default_factory=dict)
@@ -108,6 +110,19 @@ def run_arm(system: AnySystem, gate: GateSettings) -> tuple[Any, str]:
         else f"in-memory proxy: {gate.quality_model} with the arm's settings"
     )
     return run_suite(system, gate), what
+
+
+def distance_lines(dist: pd.DataFrame) -> list[str]:
+    """The retrieval-by-distance table (both languages pooled) as reason lines: where a candidate forgets."""
+    rows = dist[dist["lang"] == "all"] if not dist.empty else dist
+    if rows.empty:
+        return []
+    out = ["  kv retrieval by key-to-query distance (tokens: baseline -> candidate, n):"]
+    out += [
+        f"    {int(r.bucket_lo):>3}-{int(r.bucket_hi):<3} {r.base_acc:.3f} -> {r.cand_acc:.3f} (n={int(r.n)})"
+        for r in rows.itertuples()
+    ]
+    return out
 
 
 def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGate:
@@ -182,6 +197,7 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
         ignore_index=True,
     )
     rates = {"baseline": task_success_rate(rb.samples), "candidate": task_success_rate(rc.samples)}
+    dist = distance_table(rb.samples, rc.samples)
     reasons = [
         f"sliced suite on {model}: {status} ({len(both)} slice x metric checks, margin {gate.quality_margin:g}"
         + (f", MLPerf ratio {gate.mlperf_ratio:g}" if gate.mlperf_ratio else "")
@@ -208,6 +224,7 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
             f"[{row.ci_lo:+.3f}, {row.ci_hi:+.3f}], n={row.n})"
         )
     reasons.append(f"  task success rate: baseline {rates['baseline']:.3f}, candidate {rates['candidate']:.3f}")
+    reasons += distance_lines(dist)
     return SuiteGate(
         status,
         reasons,
@@ -215,6 +232,7 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
         table=table,
         calibration=cal,
         accuracy=acc,
+        distance=dist,
         task_success_rate=rates,
         lm_eval_results={"baseline": rb.results, "candidate": rc.results},
         samples={"baseline": rb.samples, "candidate": rc.samples},

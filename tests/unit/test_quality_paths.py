@@ -159,3 +159,36 @@ def test_a_server_that_does_not_start_skips_the_suite_with_the_reason(monkeypatc
 def test_the_proxy_context_comes_from_the_shipped_model() -> None:
     q, _ = quality_system(VLLM, GateSettings())
     assert q.max_model_len == 512
+
+
+def _kv_samples(correct_below: int) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "task_name": "inferopt_kv",
+                "doc_id": i,
+                "id": f"k{i}",
+                "task": "kv",
+                "lang": "en",
+                "context": "long",
+                "risk": "high",
+                "distance": float(d),
+                "metric": "exact",
+                "value": float(d < correct_below),
+                "response": "",
+            }
+            for i, d in enumerate(range(0, 448, 8))
+        ]
+    )
+
+
+def test_the_gate_reports_retrieval_by_distance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate that forgets beyond 128 tokens: the long slice fails and the distance table says where."""
+    _stub(monkeypatch, {"hf": SuiteResult({}, _kv_samples(448)), "vllm": SuiteResult({}, _kv_samples(128))})
+    res = suite_gate.sliced_gate(HF, VLLM, GateSettings(quality_bootstrap=200))
+    assert res.status == "fail"
+    pooled = res.distance[res.distance["lang"] == "all"].set_index("bucket_lo")
+    assert pooled.loc[64, "cand_acc"] == 1.0 and pooled.loc[128, "cand_acc"] == 0.0
+    assert (pooled["base_acc"] == 1.0).all()
+    assert any("retrieval by key-to-query distance" in r for r in res.reasons)
+    assert any(r.strip().startswith("128-191 1.000 -> 0.000") for r in res.reasons)
