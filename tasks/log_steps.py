@@ -302,6 +302,8 @@ def log_gate(tracker: Tracker, result: GateResult, name: str) -> None:
     if not suite.table.empty:
         tracker.table(suite.table, "quality_slices.parquet", name)
         tracker.table(suite.accuracy, "quality_accuracy.parquet", name)
+    if not suite.distance.empty:
+        tracker.table(suite.distance, "quality_distance.parquet", name)
     if not suite.calibration.empty:
         tracker.table(suite.calibration, "quality_calibration.parquet", name)
     for arm, samples in suite.samples.items():

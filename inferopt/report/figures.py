@@ -93,6 +93,27 @@ def cdf_grid(
     return fig
 
 
+def retrieval_distance(dist: pd.DataFrame) -> plt.Figure | None:
+    """Key-value retrieval accuracy by key-to-query distance, baseline vs candidate, per language: where
+    along the context a candidate starts to forget (the gate's `quality_distance` table)."""
+    need = {"lang", "bucket_lo", "bucket_hi", "base_acc", "cand_acc"}
+    if dist is None or dist.empty or not need <= set(dist.columns):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for lang, sub in dist.sort_values("bucket_lo").groupby("lang", sort=True):
+        mid = (sub["bucket_lo"] + sub["bucket_hi"] + 1) / 2
+        width = 2.0 if lang == "all" else 1.0
+        ax.plot(mid, sub["base_acc"], marker="o", ms=3, lw=width, ls="-", label=f"baseline {lang}")
+        ax.plot(mid, sub["cand_acc"], marker="x", ms=4, lw=width, ls="--", label=f"candidate {lang}")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("key-to-query distance (tokens, bucket midpoint)", fontsize=8)
+    ax.set_ylabel("retrieval exact match", fontsize=8)
+    ax.set_title("Key-value retrieval by distance", fontsize=10)
+    ax.legend(fontsize=6, ncol=3, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
 def quality_forest(slices: pd.DataFrame) -> plt.Figure | None:
     """Candidate − baseline per quality slice with its paired CI; the dashed line is −margin (non-inferiority)."""
     need = {"slice", "metric", "diff", "ci_lo", "ci_hi"}

@@ -312,6 +312,11 @@ def gate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
     parts += _table(step, "quality_slices", used, caption="quality per slice: paired CI vs the margin", max_rows=80)
     parts += _table(step, "quality_accuracy", used, caption="accuracy per arm and slice", collapsed=True, max_rows=200)
     parts += _table(step, "quality_calibration", used, caption="calibration (ECE / Brier)")
+    dist = step.tables.get("quality_distance")
+    fig = figures.retrieval_distance(dist) if dist is not None else None
+    if fig is not None:
+        parts.append(Part.fig("retrieval by key-to-query distance (from quality_distance)", figures.fig_png(fig)))
+    parts += _table(step, "quality_distance", used, caption="kv retrieval accuracy by key-to-query distance")
     parts += _table(step, "cost", used, caption="cost per successful task")
     if "lm_eval_results" in step.docs:
         used.add("lm_eval_results")

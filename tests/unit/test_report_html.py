@@ -281,3 +281,24 @@ def test_progress_lines_have_elapsed_time(capsys: pytest.CaptureFixture[str]) ->
     assert re.match(r"\[optimize \+\d+\.\d s\] step 1/2 measure$", lines[0])
     assert re.match(r"\[optimize \+\d+\.\d s\] step 2/2 locate \(measure took \d+\.\d s\)$", lines[1])
     assert lines[2].endswith("done (locate took 0.0 s)")
+
+
+def test_gate_shows_the_retrieval_distance_curve_when_logged(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    before = build_report(load_run_dir(run))
+    assert "retrieval by key-to-query distance" not in before
+    pd.DataFrame(
+        {
+            "lang": ["all", "all", "en", "en"],
+            "bucket_lo": [0, 64, 0, 64],
+            "bucket_hi": [63, 127, 63, 127],
+            "n": [10, 10, 5, 5],
+            "base_acc": [1.0, 0.9, 1.0, 0.8],
+            "cand_acc": [1.0, 0.1, 1.0, 0.0],
+        }
+    ).to_parquet(run / "6-gate" / "quality_distance.parquet")
+    html = build_report(load_run_dir(run))
+    gate = html[html.find('id="gate"') :]
+    assert "retrieval by key-to-query distance (from quality_distance)" in gate
+    assert "kv retrieval accuracy by key-to-query distance" in gate
+    assert len(re.findall(r"<img", gate)) > len(re.findall(r"<img", before[before.find('id="gate"') :]))
