@@ -21,6 +21,7 @@ from inferopt.model.quality.corpus import (
     kv_distance,
     kv_v2,
     prompt_tokens,
+    shipped_kv_format,
     write_task_files,
 )
 from inferopt.model.quality.mistral_copy import mistral_config
@@ -59,11 +60,9 @@ def test_distance_is_where_the_queried_key_sits_and_the_key_is_unique() -> None:
     assert all(int(e.slice["distance"]) < KV_DISTANCE_BUCKET for e in short)
 
 
-def test_v1_data_is_unchanged_and_is_what_ships(tmp_path: Path) -> None:
-    """The shipped data must match the shipped weights: the default (v1) files are byte-identical to it."""
-    shipped_kv = (DATA / "kv.jsonl").read_text(encoding="utf-8")
-    fmt = "v2" if '"distance"' in shipped_kv else "v1"
-    written = write_task_files(tmp_path, kv_format=fmt)
+def test_the_shipped_data_is_what_the_shipped_weights_were_trained_for(tmp_path: Path) -> None:
+    """The task data in the tree is byte-identical to what the corpus writes for the shipped weights' format."""
+    written = write_task_files(tmp_path, kv_format=shipped_kv_format())
     for task, path in written.items():
         assert path.read_text(encoding="utf-8") == (DATA / f"{task}.jsonl").read_text(encoding="utf-8"), task
     assert "distance" not in json.loads(_kv("v1")[0].to_json())["slice"]
@@ -80,7 +79,7 @@ def test_training_kv_never_queries_a_held_out_pair_and_trains_only_values() -> N
         ex = kv_long_example(rng, lang, KV_TOKEN_LEVELS[i % len(KV_TOKEN_LEVELS)])
         assert prompt_tokens(ex.prompt + ex.answer) <= 512 - 1
         queried = [(ex.prompt.rsplit("?", 1)[1], ex.answer.split(" ")[0])]
-        queried += [(q[: -3], q[-3:]) for q in ex.answer.split(" ?")[1:]]
+        queried += [(q[:-3], q[-3:]) for q in ex.answer.split(" ?")[1:]]
         for key, value in queried:
             assert f" {key}{value}" in " " + ex.prompt.rsplit(" ?", 1)[0]
             assert not (_holdout("kv2", key, value) or _holdout("kv", key, value, 4) or _holdout("kv", key, value, 24))
@@ -137,7 +136,9 @@ def test_distance_table_shows_where_a_candidate_forgets() -> None:
 
 
 def test_mistral_twin_config_keeps_every_dimension_and_has_no_window() -> None:
-    llama = json.loads((Path(__file__).resolve().parents[2] / "inferopt/model/builtin/quality-tiny/config.json").read_text())
+    llama = json.loads(
+        (Path(__file__).resolve().parents[2] / "inferopt/model/builtin/quality-tiny/config.json").read_text()
+    )
     m = mistral_config(llama)
     assert m["model_type"] == "mistral" and m["architectures"] == ["MistralForCausalLM"] and m["sliding_window"] is None
     for k in ("hidden_size", "num_hidden_layers", "num_key_value_heads", "head_dim", "rope_parameters", "vocab_size"):

@@ -1,17 +1,17 @@
 """A seeded synthetic multi-task corpus with the slices of SPEC G2, for the project's own quality model.
 
-Four tasks a small model can learn on 2 CPU cores, each in two languages (English words vs Chinese words: two
-scripts, same task), so a change that hurts one slice and not another shows up as a sliced drop:
+Four tasks, each in English and Chinese (two scripts, same task), so a change that hurts one slice shows:
+  arith `17+25 ->` -> `42`; mc `larger: 37 52 ->` choices [`37`, `52`] (log-likelihood, calibration);
+  tool  `refund order 4821 amount 35.20 ->` -> its JSON call; `long` adds unrelated order history first;
+  kv    `a381 q902 m117 w555 ?q` -> `902` (4 pairs). v1 long: 24 pairs, the queried one in the first quarter.
+        v2 long (`kv_format="v2"`, issue 20): 420-480 tokens of uppercase filler with 8 pairs, the queried
+        key at a stratified distance from the query (7 buckets of 64 tokens), kept in the slice's `distance`.
+Every example has a stable `id` and a `slice` {task, lang, context, risk[, distance]}. Evaluation examples
+come from a fixed seed and are held out of training by construction (`_holdout` on the operands / key and
+value / order id). The data in the tree follows the shipped weights' format (`shipped_kv_format`).
 
-  arith  `17+25 ->` -> `42`                  1-2 digit addition                                 (risk: normal)
-  kv     `a381 q902 m117 ?q` -> `902`        key-value retrieval; `long`: 24 pairs, key in the first quarter (high)
-  tool   `refund order 4821 amount 35.20` -> `{"name":"refund","order_id":"4821","amount":35.20}`
-         tool-call JSON arguments; `long` adds unrelated order history first                      (risk: high)
-  mc     `larger: 37 52 ->` choices [`37`, `52`]   multiple choice scored by log-likelihood (calibration)
-
-Every example has a stable `id` and a `slice` {task, lang, context, risk}; evaluation examples come from a fixed
-seed, held out of training by construction (an operand pair / key set / order id whose `_holdout` hash falls in
-the evaluation bucket is never generated for training). Not here: training, lm-eval task files, scoring.
+Deliberately not here: training (`inferopt.model.quality.train`), lm-eval task files (`inferopt/gate/tasks/`),
+scoring and statistics (`inferopt.gate.sliced`).
 """
 
 from __future__ import annotations
@@ -144,9 +144,7 @@ def _filler(rng: random.Random, n_bytes: int) -> list[str]:
     return words
 
 
-def kv_context(
-    rng: random.Random, keys: list[str], values: list[str], n_tokens: int, distance: int
-) -> tuple[str, int]:
+def kv_context(rng: random.Random, keys: list[str], values: list[str], n_tokens: int, distance: int) -> tuple[str, int]:
     """A context of ~`n_tokens` tokens: filler words with the pairs `keys[i]values[i]` spread at random, the
     first pair placed so that its key sits about `distance` tokens before the end of ` ?key` (the query).
     Returns (prompt, the exact distance)."""
@@ -314,6 +312,17 @@ def write_jsonl(examples: list[Example], path: str | Path) -> Path:
     return path
 
 
+def shipped_kv_format() -> str:
+    """The kv format the shipped weights were trained for: the last stage's `kv_format` in the shipped
+    `training.json` ("v1" for stages from before v2, or when no model is shipped)."""
+    from inferopt.model.builtin import shipped_dir
+
+    d = shipped_dir("quality-tiny")
+    record = json.loads((d / "training.json").read_text()) if d and (d / "training.json").is_file() else {}
+    stages = record.get("stages") or [{}]
+    return str(stages[-1].get("kv_format", "v1"))
+
+
 def write_task_files(
     data_dir: str | Path, per_slice: int = 60, seed: int = 20261130, kv_format: str = "v1"
 ) -> dict[str, Path]:
@@ -331,7 +340,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="write the quality suite's evaluation JSONL files")
     ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "gate" / "tasks" / "data"))
     ap.add_argument("--per-slice", type=int, default=60)
-    ap.add_argument("--kv-format", choices=KV_FORMATS, default="v1", help="v2: retrieval across distance")
+    ap.add_argument(
+        "--kv-format", choices=KV_FORMATS, default=None, help="default: the shipped weights' (training.json)"
+    )
     args = ap.parse_args()
-    for task, path in write_task_files(args.data_dir, args.per_slice, kv_format=args.kv_format).items():
+    for task, path in write_task_files(
+        args.data_dir, args.per_slice, kv_format=args.kv_format or shipped_kv_format()
+    ).items():
         print(task, path)

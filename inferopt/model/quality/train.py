@@ -74,7 +74,9 @@ def encode(tok: Any, ex: Example) -> tuple[list[int], list[int]]:
     labels = list(answer)
     if ex.slice["task"] == "kvm":
         pieces = tok.convert_ids_to_tokens(answer)
-        labels = [t if (p in "0123456789" or t == tok.eos_token_id) else -100 for t, p in zip(answer, pieces, strict=True)]
+        labels = [
+            t if (p in "0123456789" or t == tok.eos_token_id) else -100 for t, p in zip(answer, pieces, strict=True)
+        ]
     return prompt + answer, [-100] * len(prompt) + labels
 
 
