@@ -5,8 +5,6 @@ has no window) against the twin without one."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,16 +15,16 @@ pytest.importorskip("hqq")
 from inferopt.config import GateSettings, HFSystem, ModelSpec  # noqa: E402
 from inferopt.gate.suite_gate import sliced_gate  # noqa: E402
 from inferopt.model.builtin import shipped_dir  # noqa: E402
+from inferopt.model.quality.corpus import shipped_kv_format  # noqa: E402
 from inferopt.model.quality.planted import LONG_SLICE, planted_kv_arms  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "inferopt" / "gate" / "tasks" / "data" / "kv.jsonl"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         shipped_dir("quality-tiny") is None, reason="the trained quality model is not shipped in this checkout"
     ),
     pytest.mark.skipif(
-        '"distance"' not in DATA.read_text(encoding="utf-8"),
+        shipped_kv_format() != "v2",
         reason="the shipped kv data is v1 (the shipped weights do not retrieve at long context: the long slice "
         "is at its floor and no arm can fail it); ship v2 weights and data first",
     ),

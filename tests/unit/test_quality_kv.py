@@ -65,7 +65,8 @@ def test_the_shipped_data_is_what_the_shipped_weights_were_trained_for(tmp_path:
     written = write_task_files(tmp_path, kv_format=shipped_kv_format())
     for task, path in written.items():
         assert path.read_text(encoding="utf-8") == (DATA / f"{task}.jsonl").read_text(encoding="utf-8"), task
-    assert "distance" not in json.loads(_kv("v1")[0].to_json())["slice"]
+    v1 = _kv("v1")  # v1 records its distances too (prompts unchanged): 0-63 short, 64-191 long
+    assert all(int(e.slice["distance"]) == kv_distance(e.prompt, e.prompt.rsplit("?", 1)[1]) for e in v1)
 
 
 def test_training_kv_never_queries_a_held_out_pair_and_trains_only_values() -> None:

@@ -109,7 +109,7 @@ def kv(rng: random.Random, lang: str, split: Split, long: bool) -> Example | Non
         f"kv-{lang}-{'long' if long else 'short'}-{chosen[q]}{values[q]}-{n}-{rng.randrange(1 << 30)}",
         prompt,
         values[q],
-        _slice("kv", lang, "long" if long else "short", "high"),
+        {**_slice("kv", lang, "long" if long else "short", "high"), "distance": str(kv_distance(prompt, chosen[q]))},
     )
 
 
