@@ -165,3 +165,13 @@ def test_mistral_twin_computes_the_llamas_logits_and_a_window_changes_only_far_p
         a, b, c = llama(x).logits, plain(x).logits, window(x).logits
     assert torch.equal(a, b)
     assert torch.allclose(a[:, :32], c[:, :32]) and not torch.allclose(a[:, 64:], c[:, 64:], atol=1e-3)
+
+
+def test_the_language_behind_gets_two_thirds_of_the_curriculum_not_all() -> None:
+    from inferopt.model.quality.train import _kv_long_draw
+
+    rng = random.Random(1)
+    langs = collections.Counter(_kv_long_draw(rng, {"en": 0, "zh": 1}).slice["lang"] for _ in range(600))
+    assert 0.6 < langs["en"] / 600 < 0.73
+    even = collections.Counter(_kv_long_draw(rng, {"en": 2, "zh": 2}).slice["lang"] for _ in range(600))
+    assert 0.42 < even["en"] / 600 < 0.58
