@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal
 
+from inferopt.model.builtin import shipped_dir
+
 Split = Literal["train", "eval"]
 TASKS = ("arith", "kv", "tool", "mc")
 LANGS = ("en", "zh")
@@ -315,8 +317,6 @@ def write_jsonl(examples: list[Example], path: str | Path) -> Path:
 def shipped_kv_format() -> str:
     """The kv format the shipped weights were trained for: the last stage's `kv_format` in the shipped
     `training.json` ("v1" for stages from before v2, or when no model is shipped)."""
-    from inferopt.model.builtin import shipped_dir
-
     d = shipped_dir("quality-tiny")
     record = json.loads((d / "training.json").read_text()) if d and (d / "training.json").is_file() else {}
     stages = record.get("stages") or [{}]
