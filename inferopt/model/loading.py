@@ -5,7 +5,8 @@ loaded with `AutoModelForCausalLM.from_pretrained` exactly like a real model on 
 
 The quantization and KV-cache knobs of an HFSystem map to transformers' own configs here (BitsAndBytesConfig,
 QuantoConfig, TorchAoConfig; QuantizedCache arguments; a config override for the sliding window), so the
-engine, the profiler and the evaluators load the same model.
+engine, the profiler and the evaluators load the same model. An option that would load and then be ignored or
+undone (a sliding window the architecture lacks, double quant on an AVX512-BF16 CPU) is refused instead.
 
 Deliberately not here: building cache objects per batch (`inferopt.engines.hf.loop.make_cache`) and
 measuring bytes (`inferopt.model.memory`).
@@ -131,6 +132,24 @@ def sliding_window_support(model_dir: Path) -> str | None:
     return None
 
 
+def double_quant_support(device: str) -> str | None:
+    """None when bitsandbytes keeps 4-bit double quantization while serving on `device`, else why it would not.
+    On a CPU with AVX512-BF16, bitsandbytes (0.50) repacks every 4-bit Linear for its CPU kernel at the first
+    forward and dequantizes the nested constants back to one bf16 absmax per block: the served weights are then
+    the same with and without `bnb_4bit_use_double_quant`, and only the bytes measured at load would differ."""
+    if device != "cpu":
+        return None
+    from bitsandbytes.functional import has_avx512bf16  # lazy: imports torch; only double-quant arms ask
+
+    if not has_avx512bf16():
+        return None
+    return (
+        "bnb_double_quant: true is undone on this CPU: bitsandbytes repacks 4-bit weights for its AVX512-BF16 "
+        "kernel at the first forward and dequantizes the double-quantized constants (one bf16 absmax per block), "
+        "so the served weights would not be double-quantized; fix: device: cuda, or drop bnb_double_quant"
+    )
+
+
 def load_system_model(system: Any, **kwargs: Any) -> LoadedModel:
     """Load an HFSystem's model with every loading knob it has (dtype, attention, device, weight quantization,
     sliding window), and make `generate` use its KV-cache setting — so evaluators (lm-eval, drift) see the
@@ -172,6 +191,8 @@ def load_model(
     path = resolve_model_dir(spec)
     dev = resolve_device(device)
     qcfg = quantization_config(weight_quantization, double_quant)
+    if double_quant and (why_not := double_quant_support(dev)):  # it would load, then be undone: a no-op arm
+        raise ValueError(why_not)
     extra: dict[str, Any] = {"quantization_config": qcfg} if qcfg is not None else {}
     if sliding_window is not None:
         why_not = sliding_window_support(path)

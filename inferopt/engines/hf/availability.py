@@ -1,6 +1,7 @@
 """Can an hf system's options run on this machine? What each option is known to need, checked before any
 model loads: CUDA for `device: cuda` and the GPU-only attention kernels, the package an option's code lives
-in, an architecture with sliding-window attention for `sliding_window`.
+in, an architecture with sliding-window attention for `sliding_window`, a device where bitsandbytes keeps
+double quantization for `bnb_double_quant`.
 
 Deliberately not here: loading the model (a start failure is the engine's own, `HFEngine.start`) or deciding
 what a missing option means for an ablation arm (`inferopt.ablate.availability`).
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 
 from inferopt.config import HFSystem
-from inferopt.model.loading import resolve_model_dir, sliding_window_support
+from inferopt.model.loading import double_quant_support, resolve_model_dir, sliding_window_support
 
 GPU_ONLY_ATTENTION = {
     "flash_attention_2": "flash_attn",  # attn_implementation -> the package it needs
@@ -65,6 +66,10 @@ def unavailable_reason(system: HFSystem) -> str | None:
                 f"{fld}: {value} needs the {package!r} package, not installed here; fix: pip install -e . "
                 "(pyproject lists it)"
             )
+    if system.bnb_double_quant:
+        why_not = double_quant_support("cuda" if cuda and system.device != "cpu" else "cpu")
+        if why_not:
+            return why_not
     if system.sliding_window is not None:
         why_not = sliding_window_support(resolve_model_dir(system.model))
         if why_not:
