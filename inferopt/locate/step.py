@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from inferopt.config import AnySystem, CandidateConfig
+from inferopt.config import AnySystem, CandidateConfig, HardwareConfig
 from inferopt.locate.bottleneck import Diagnosis, locate, roofline_points
 from inferopt.locate.hardware import HardwareProfile, load_hardware
 from inferopt.locate.kv import kv_budget_bytes, kv_bytes_per_token, kv_table
@@ -122,11 +122,30 @@ def locate_step(
     server_metrics: dict[str, float] | None = None,
     engine_info: dict[str, Any] | None = None,
 ) -> LocateResult:
-    """Roofline, KV table and verdict for the baseline's measured `phases`; `profile`: also run the op
+    """Roofline, KV table and verdict for the candidate's baseline (`locate_system` on its hardware)."""
+    return locate_system(
+        candidate.baseline,
+        candidate.hardware,
+        phases,
+        profile=profile,
+        server_metrics=server_metrics,
+        engine_info=engine_info,
+    )
+
+
+def locate_system(
+    system: AnySystem,
+    hardware: HardwareConfig,
+    phases: pd.DataFrame,
+    *,
+    profile: bool = False,
+    server_metrics: dict[str, float] | None = None,
+    engine_info: dict[str, Any] | None = None,
+) -> LocateResult:
+    """Roofline, KV table and verdict for `system`'s measured `phases` on `hardware`; `profile`: also run the op
     profile pass (hf systems; ignored for others) and give the verdict its evidence. `server_metrics`: the
     run's server counter deltas (vLLM: preemptions feed the KV-capacity rule). `engine_info`: the run's
     engine report (vLLM: peaks of KV usage and running sequences, its KV cache report)."""
-    system = candidate.baseline
     prof: PhaseProfile | None = None
     prof_error: str | None = None
     caps = system.capabilities
@@ -138,7 +157,7 @@ def locate_step(
     dtype = getattr(system, "dtype", "float32")
     dtype = dtype if dtype in BYTES_PER_ELEM else "float32"  # vLLM's "auto": the tiny checkpoints are fp32
     threads = caps.cpu_threads
-    hw = load_hardware(candidate.hardware, dtype, threads)
+    hw = load_hardware(hardware, dtype, threads)
     dims = model_dims(system)
     gauges = (engine_info or {}).get("server_gauge_peaks") or {}
     kv_vllm = pd.DataFrame()

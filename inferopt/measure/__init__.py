@@ -1,5 +1,6 @@
-"""Step 1, measure: `measure(candidate, out_dir)` -> `MeasureResult` (`step.py`)."""
+"""Step 1, measure: `measure(candidate, out_dir)` (or `measure_system(system, workload, slo, out_dir)`) ->
+`MeasureResult` (`step.py`)."""
 
-from inferopt.measure.step import MeasureResult, measure
+from inferopt.measure.step import MeasureResult, measure, measure_system
 
-__all__ = ["MeasureResult", "measure"]
+__all__ = ["MeasureResult", "measure", "measure_system"]

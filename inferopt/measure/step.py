@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from inferopt.config import CandidateConfig
+from inferopt.config import AnySystem, CandidateConfig, SLOConfig, WorkloadConfig
+from inferopt.engines import EngineFactory, make_engine
 from inferopt.measure.phases import decomposition_check, littles_law
 from inferopt.measure.resources import process_usage, usage_delta
 from inferopt.measure.runner import RunTags
@@ -34,30 +35,54 @@ class MeasureResult:
 
 
 def measure(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "") -> MeasureResult:
-    table = build_workload(candidate.workload)
+    """The candidate's baseline on its workload (`measure_system` with the candidate's own settings)."""
+    return measure_system(
+        candidate.baseline,
+        candidate.workload,
+        candidate.slo,
+        out_dir,
+        warmup_requests=candidate.measure.warmup_requests,
+        run_tag=run_tag,
+    )
+
+
+def measure_system(
+    system: AnySystem,
+    workload: WorkloadConfig,
+    slo: SLOConfig,
+    out_dir: str | Path,
+    *,
+    warmup_requests: int = 2,
+    run_tag: str = "",
+    engine_factory: EngineFactory = make_engine,
+) -> MeasureResult:
+    """`system` replaying `workload` (records in `out_dir/requests.jsonl`), phases sliced, goodput under `slo`;
+    raises RuntimeError when the run fails (there is nothing to measure)."""
+    table = build_workload(workload)
     edges = edges_from_workload(table)
     before = process_usage()
     run = run_system(
-        candidate.baseline,
+        system,
         table,
         RunTags(run_tag=run_tag, arm="baseline", scenario="measure"),
-        timeout_s=candidate.workload.timeout_s,
+        timeout_s=workload.timeout_s,
         records_path=Path(out_dir) / "requests.jsonl",
-        warmup_requests=candidate.measure.warmup_requests,
-        prompt_seed=candidate.workload.seed,
+        warmup_requests=warmup_requests,
+        prompt_seed=workload.seed,
+        engine_factory=engine_factory,
     )
     resources = usage_delta(before, process_usage())
     if run.failed:
         raise RuntimeError(f"measure: the baseline could not be measured: {run.error}")
-    phases = add_slices(run.phases, edges, candidate.baseline.capabilities.prefix_cache)
-    slo = RequestSLO.of(candidate.workload, candidate.slo)
+    phases = add_slices(run.phases, edges, system.capabilities.prefix_cache)
+    req_slo = RequestSLO.of(workload, slo)
     return MeasureResult(
         run=run,
         workload=table,
         edges=edges,
         phases=phases,
-        summary=summarize(phases, group=("arm",), slo=slo, duration_s=run.duration_s),
-        headline=headline(phases, run.duration_s, slo)
+        summary=summarize(phases, group=("arm",), slo=req_slo, duration_s=run.duration_s),
+        headline=headline(phases, run.duration_s, req_slo)
         | pooled_itl_ms(run.records)
         | cache_hits(phases, run.server_metrics),
         decomposition=decomposition_check(phases) | littles_law(run.records),
