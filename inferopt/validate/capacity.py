@@ -236,15 +236,29 @@ def probe_table(wl: WorkloadConfig, rate_per_s: float) -> pd.DataFrame:
     return table
 
 
-def served_ratio(run: MeasuredRun) -> float:
+def served_ratio(run: MeasuredRun, service_s: float = 0.0) -> float:
     """Completions (any outcome) per arrival while the load arrived: of the requests sent by the last intended
-    send time, how many had finished by then, over n - 1 (the last one has only just arrived)."""
+    send time, how many had finished one unqueued service time (`service_s`) after it, over n - 1 (the last one
+    has only just arrived). Without the service time a batching engine that keeps up still has a batch in flight
+    at the last send (Little: rate x service time requests) and would read as lagging."""
     recs = run.records
     if len(recs) < 2:
         return 1.0
-    t_last_s = max(r.intended_s for r in recs)
-    done = sum(1 for r in recs if r.client_done_s is not None and r.client_done_s <= t_last_s)
+    t_done_s = max(r.intended_s for r in recs) + service_s
+    done = sum(1 for r in recs if r.client_done_s is not None and r.client_done_s <= t_done_s)
     return min(1.0, done / (len(recs) - 1))
+
+
+def unqueued_service_s(run: MeasuredRun) -> float:
+    """How long a request takes net of queue wait, from the first quarter of the successful requests by send
+    time (the least queued): their 90th percentile of send-to-done minus queue wait (0 with under 4 requests)."""
+    ok = sorted(
+        (r for r in run.records if r.outcome == "ok" and r.client_done_s is not None), key=lambda r: r.intended_s
+    )
+    first = ok[: len(ok) // 4]
+    waits = [r.admitted_s - r.arrival_s if r.admitted_s is not None and r.arrival_s is not None else 0.0 for r in first]
+    times = [r.client_done_s - r.intended_s - w for r, w in zip(first, waits, strict=True)]
+    return max(0.0, float(np.quantile(times, 0.9))) if times else 0.0
 
 
 def _wait_ms(r: Any) -> float | None:
@@ -265,13 +279,20 @@ def queue_quarters_ms(run: MeasuredRun) -> tuple[float, float]:
 
 
 def saturation_reasons(
-    m: dict[str, float], served: float, quarters_ms: tuple[float, float], min_served: float, prev: Probe | None
+    m: dict[str, float],
+    served: float,
+    quarters_ms: tuple[float, float],
+    min_served: float,
+    prev: Probe | None,
+    service_ms: float = 0.0,
 ) -> list[str]:
     """Why a probe is saturated (empty: it is not): it does not keep up with what arrives while its queue wait
-    grows, or (against the next lower rate probed) its throughput stayed flat while its queue wait grew."""
+    grows (by more than its first quarter's and than one service time, `service_ms`: a batching engine's wait for
+    the batch in flight is not a growing queue), or (against the next lower rate probed) its throughput stayed
+    flat while its queue wait grew."""
     out = []
     first_ms, last_ms = quarters_ms
-    if served < min_served and last_ms - first_ms > max(1.0, first_ms):
+    if served < min_served and last_ms - first_ms > max(1.0, first_ms, service_ms):
         out.append(
             f"saturated: {served:.2f} completions per arrival while the load arrived (< {min_served:g}), median "
             f"queue wait {first_ms:.0f} ms in the first quarter of arrivals -> {last_ms:.0f} ms in the last"
@@ -318,9 +339,10 @@ def summarize_probe(
         return Probe(index, phase, rate_per_s, False, (f"run failed: {first}",), path, failed_at=run.failed_at or "run")
     m = {**headline(run.phases, run.duration_s, req_slo), "offered": rate_per_s}
     slo_ok, reasons = check_slo(m, slo)
-    served = served_ratio(run)
+    service_s = unqueued_service_s(run)
+    served = served_ratio(run, service_s)
     quarters = queue_quarters_ms(run)
-    sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev)
+    sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev, 1000.0 * service_s)
     unqueued = unqueued_miss(run.phases, slo)
     goodput, attained = m.get("goodput_req_per_s", 0.0), m.get("slo_attainment", math.nan)
     reasons += [*sat, *unqueued, f"goodput {goodput:.3g} req/s ({attained:.1%} of requests within every SLO bound)"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import pytest
@@ -20,6 +21,7 @@ from inferopt.config import (
     WorkloadConfig,
 )
 from inferopt.config.systems import BatchingKnobs
+from inferopt.records import RequestRecord
 from inferopt.report.plots import capacity_curve
 from inferopt.validate.capacity import (
     CapacityBudget,
@@ -30,6 +32,8 @@ from inferopt.validate.capacity import (
     probe_table,
     probe_workload,
     saturation_reasons,
+    served_ratio,
+    unqueued_service_s,
     workload_rate_per_s,
 )
 
@@ -111,6 +115,22 @@ def test_saturation_needs_lagging_completions_and_a_growing_queue():
     prev = probe(20, True, achieved_req_per_s=29.0, queue_ms_p99=10.0)
     flat = saturation_reasons(m, 0.99, (20.0, 25.0), 0.95, prev)
     assert len(flat) == 1 and "throughput flat" in flat[0] and "10 -> 300 ms" in flat[0]
+
+
+def test_a_batch_in_flight_at_the_last_send_is_not_lagging():
+    # 40 sends 10 ms apart, each done 50 ms later: keeping up, with 5 in flight whenever one is sent
+    recs = [RequestRecord(f"r{i}", "ok", intended_s=0.01 * i, client_done_s=0.01 * i + 0.05) for i in range(40)]
+    run = SimpleNamespace(records=recs)
+    assert unqueued_service_s(run) == pytest.approx(0.05)
+    assert served_ratio(run) < 0.9  # counted at the last send, the batch in flight reads as lagging
+    assert served_ratio(run, unqueued_service_s(run)) == 1.0
+    # 40 sent at once to an engine that serves 16 every 40 ms: lagging, however short the probe
+    burst = [RequestRecord(f"b{i}", "ok", intended_s=0.0, client_done_s=0.04 * (1 + i // 16)) for i in range(40)]
+    assert unqueued_service_s(SimpleNamespace(records=burst)) == pytest.approx(0.04)
+    assert served_ratio(SimpleNamespace(records=burst), 0.04) == pytest.approx(16 / 39)
+    m = {"ok_req_per_s": 30.0, "offered": 40.0, "queue_ms_p99": 20.0}
+    assert saturation_reasons(m, 0.8, (6.0, 14.0), 0.95, None)  # an 8 ms "growth" with no service time known
+    assert saturation_reasons(m, 0.8, (6.0, 14.0), 0.95, None, service_ms=50.0) == []  # less than one service
 
 
 def test_bad_budgets_are_refused_with_the_fix():
