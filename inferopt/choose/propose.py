@@ -93,13 +93,19 @@ def _proposal(system: AnySystem, space: KnobSpace, cause: str, control: bool) ->
 
 
 def propose(
-    system: AnySystem, cause: str, slice_causes: Sequence[str] = (), *, control: str | None = None
+    system: AnySystem,
+    cause: str,
+    slice_causes: Sequence[str] = (),
+    *,
+    control: str | None = None,
+    spaces: Sequence[KnobSpace] | None = None,
 ) -> Proposals:
-    """The levers of `system`'s engine that serve `cause` (then each of `slice_causes`), with their points."""
+    """The levers of `system`'s engine that serve `cause` (then each of `slice_causes`), with their points.
+    `spaces`: search these instead of the engine's declared knob spaces (a user's own, e.g. one knob)."""
     for c in (cause, *slice_causes):
         if c not in CAUSES:
             raise ValueError(f"unknown cause {c!r}; one of {', '.join(CAUSES)}")
-    spaces = KNOB_SPACES.get(system.engine, ())
+    spaces = KNOB_SPACES.get(system.engine, ()) if spaces is None else tuple(spaces)
     if control is not None and control not in {s.remedy for s in spaces}:
         levers = ", ".join(sorted({s.remedy for s in spaces})) or "none"
         raise ValueError(f"control arm {control!r}: not a lever of the {system.engine} engine; its levers: {levers}")

@@ -135,3 +135,56 @@ def capacity_curve(
     ax_lat.set_title("Latency vs offered rate (dashed: SLO)")
     ax_lat.set_yscale("symlog", linthresh=1.0)  # latencies span ms to seconds across the search
     return fig
+
+
+def frontier(points: pd.DataFrame, slo_ms: dict[str, float] | None = None) -> plt.Figure:
+    """Every point tried at its capacity (the highest passing rate): throughput per replica (goodput tok/s)
+    against the interactive TTFT p99 (left) and against per-user tok/s (1000 / TPOT p50, right); the Pareto
+    frontier (`pareto_ttft`, `pareto_per_user` columns) as a step line, the SLO bounds dashed (right: 1000 /
+    the TPOT p95 bound), the baseline a black square, the recommendation a star, control arms hollow. A point
+    where no rate passed has no operating point: counted in the title, not drawn."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    slo_ms = slo_ms or {}
+    drawn = points.dropna(subset=["goodput_tok_per_s", "ttft_ms_p99"]) if len(points) else points
+    panels = (
+        (axes[0], "ttft_ms_p99", "pareto_ttft", "TTFT p99 (ms) at capacity", slo_ms.get("ttft_ms_p99")),
+        (axes[1], "per_user_tok_per_s", "pareto_per_user", "per-user tok/s at capacity", None),
+    )
+    tpot = slo_ms.get("tpot_ms_p95")
+    for ax, xcol, front, xlabel, bound in panels:
+        for name, g in drawn.groupby("proposal", sort=False):
+            hollow = g["control"].astype(bool).to_numpy()
+            x, y = g[xcol].to_numpy(float), g["goodput_tok_per_s"].to_numpy(float)
+            if name == "baseline":
+                ax.scatter(x, y, marker="s", color="black", s=40, zorder=4, label="baseline")
+                continue
+            sc = ax.scatter(x[~hollow], y[~hollow], s=28, zorder=3, label=str(name))
+            ax.scatter(x[hollow], y[hollow], s=28, zorder=3, facecolors="none", edgecolors=sc.get_facecolor())
+            for xi, yi, value in zip(x, y, g["value"], strict=True):
+                ax.annotate(str(value), (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        edge = drawn[drawn[front].astype(bool)].sort_values(xcol)
+        if len(edge):
+            ax.step(edge[xcol], edge["goodput_tok_per_s"], where="post", color="grey", lw=0.8, label="Pareto frontier")
+        rec = drawn[drawn["recommended"].astype(bool)]
+        if len(rec):
+            ax.scatter(
+                rec[xcol],
+                rec["goodput_tok_per_s"],
+                marker="*",
+                s=220,
+                color="gold",
+                edgecolors="black",
+                zorder=5,
+                label="recommended",
+            )
+        line = bound if bound is not None else (1000.0 / tpot if tpot and xcol == "per_user_tok_per_s" else None)
+        if line is not None:
+            ax.axvline(line, color="tab:red", lw=0.9, ls="--", label="SLO")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("throughput per replica (goodput tok/s)")
+        ax.legend(fontsize=7)
+    axes[0].set_title("Throughput vs interactive TTFT p99", fontsize=10)
+    axes[1].set_title("Throughput vs per-user speed (SLO: 1000 / TPOT p95 bound)", fontsize=10)
+    fig.suptitle(f"Capacity frontier: {len(drawn)} of {len(points)} points tried have an operating point", fontsize=11)
+    fig.tight_layout()
+    return fig
