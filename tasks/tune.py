@@ -1,0 +1,90 @@
+"""Prefect task for the search (issue 14): `inferopt.choose.search.tune`, logged as it goes — a child run per point
+as its capacity search finishes (`point-NN`: its probes, rate/latency curve and bracket), the baseline's measure and
+located cause (`tune-baseline`), then on the parent run the points table sorted by capacity, the frontier figure,
+`tune.json` and the recommendation YAML.
+
+Deliberately not here: any decision or measurement (the core makes them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect import task
+
+from inferopt.choose.search import Point, TuneBudget, TuneResult, tune
+from inferopt.config import AnySystem, HardwareConfig, SLOConfig, WorkloadConfig
+from inferopt.config.knob_spaces import KnobSpace
+from inferopt.report import plots
+from tasks.locate import profile_enabled
+from tasks.tracking import Tracker
+
+BASELINE = "tune-baseline"
+
+
+@task(name="tune", task_run_name="tune: measure, locate, propose, capacity per point")
+def tune_task(
+    configs: tuple[AnySystem, WorkloadConfig, SLOConfig, HardwareConfig],
+    budget: TuneBudget,
+    tracker: Tracker,
+    spaces: Sequence[KnobSpace] | None = None,
+) -> TuneResult:
+    system, workload, slo, hardware = configs
+    result = tune(
+        system,
+        workload,
+        slo,
+        hardware,
+        tracker.dir_for("tune"),
+        budget=budget,
+        spaces=spaces,
+        on_point=lambda p: log_point(tracker, p),
+        profile=profile_enabled(),
+        run_tag=tracker.parent_run_id,
+    )
+    log_baseline(tracker, result)
+    log_result(tracker, result)
+    return result
+
+
+def log_point(tracker: Tracker, p: Point) -> None:
+    """One child run per point: what it changes, its capacity and bracket, its probes and curve."""
+    name = f"point-{p.index:02d}"
+    tags = {"inferopt.step": "tune", "inferopt.point": p.label, "inferopt.proposal": p.remedy or "baseline"}
+    tracker.child(name, tags={**tags, "inferopt.chosen_by": p.chosen_by, "inferopt.capacity": p.capacity.status})
+    row = p.row()
+    tracker.params({k: row[k] for k in ("field", "value", "baseline_value", "cause", "control", "chosen_by")}, name)
+    tracker.metrics({**p.capacity.metrics(), **{k: v for k, v in row.items() if isinstance(v, float)}}, name)
+    tracker.tags({"inferopt.capacity_message": p.capacity.message[:4000]}, name)
+    c = p.capacity
+    if len(c.table()):
+        tracker.table(c.table(), "probes.parquet", name)
+        curve = plots.capacity_curve(c.table(), c.slo_bounds_ms, (c.lo_req_per_s, c.hi_req_per_s))
+        tracker.figure(curve, "capacity_curve.png", name)
+    tracker.finish(name)
+
+
+def log_baseline(tracker: Tracker, r: TuneResult) -> None:
+    """The baseline at the production rate: its headline, the located cause, what was proposed and why not."""
+    tracker.child(BASELINE, tags={"inferopt.step": "tune", "inferopt.cause": r.cause})
+    tracker.metrics(r.measured.headline, BASELINE)
+    tracker.json(r.located.verdict.to_dict(), "bottleneck.json", BASELINE)
+    if len(r.proposals.table()):
+        tracker.table(r.proposals.table(), "proposals.parquet", BASELINE)
+    tracker.json({"message": r.proposals.message, "not_proposed": r.proposals.not_proposed}, "proposals.json", BASELINE)
+    tracker.finish(BASELINE)
+
+
+def log_result(tracker: Tracker, r: TuneResult) -> None:
+    """On the parent run: every point (sorted by capacity), the frontier, the summary and the recommendation."""
+    tracker.tags({"inferopt.tune.decision": r.decision, "inferopt.tune.message": r.message[:4000]})
+    if r.recommended is not None:
+        tracker.tags({"inferopt.tune.recommended": r.recommended.label})
+    tracker.metrics(r.metrics())
+    tracker.json(r.summary(), "tune.json")
+    if r.points:
+        table = r.table()
+        tracker.table(table, "points.parquet")
+        tracker.figure(plots.frontier(table, r.slo_bounds_ms), "frontier.png")
+    if r.recommendation_path:
+        tracker.file(r.recommendation_path)
