@@ -1,7 +1,7 @@
 """Prefect task for the search (issue 14): `inferopt.choose.search.tune`, logged as it goes — a child run per point
-as its capacity search finishes (`point-NN`: its probes, rate/latency curve and bracket), the baseline's measure and
-located cause (`tune-baseline`), then on the parent run the points table sorted by capacity, the frontier figure,
-`tune.json` and the recommendation YAML.
+as its capacity search finishes (`point-NN`: its probes, rate/latency curve and bracket) — then the baseline's
+measure, located cause and proposals (`1-measure`, `2-locate`, `3-propose`) and on the parent run the points table
+sorted by capacity, the frontier figure, `tune.json` and the recommendation YAML.
 
 Deliberately not here: any decision or measurement (the core makes them).
 """
@@ -15,11 +15,12 @@ from prefect import task
 from inferopt.choose.search import Point, TuneBudget, TuneResult, tune
 from inferopt.config import AnySystem, HardwareConfig, SLOConfig, WorkloadConfig
 from inferopt.config.knob_spaces import KnobSpace
+from inferopt.locate import profile_enabled
 from inferopt.report import plots
-from tasks.locate import profile_enabled
+from tasks.log_steps import log_locate, log_measure
 from tasks.tracking import Tracker
 
-BASELINE = "tune-baseline"
+MEASURE, LOCATE, PROPOSE = "1-measure", "2-locate", "3-propose"
 
 
 @task(name="tune", task_run_name="tune: measure, locate, propose, capacity per point")
@@ -65,14 +66,20 @@ def log_point(tracker: Tracker, p: Point) -> None:
 
 
 def log_baseline(tracker: Tracker, r: TuneResult) -> None:
-    """The baseline at the production rate: its headline, the located cause, what was proposed and why not."""
-    tracker.child(BASELINE, tags={"inferopt.step": "tune", "inferopt.cause": r.cause})
-    tracker.metrics(r.measured.headline, BASELINE)
-    tracker.json(r.located.verdict.to_dict(), "bottleneck.json", BASELINE)
+    """The baseline at the production rate as the optimize flow logs it (`1-measure`, `2-locate`), and what was
+    proposed for its cause and what not, with why (`3-propose`)."""
+    for name, step, log, result in (
+        (MEASURE, "measure", log_measure, r.measured),
+        (LOCATE, "locate", log_locate, r.located),
+    ):
+        tracker.child(name, tags={"inferopt.step": step, "inferopt.arm": "baseline"})
+        log(tracker, result, name)
+        tracker.finish(name)
+    tracker.child(PROPOSE, tags={"inferopt.step": "propose", "inferopt.cause": r.cause})
     if len(r.proposals.table()):
-        tracker.table(r.proposals.table(), "proposals.parquet", BASELINE)
-    tracker.json({"message": r.proposals.message, "not_proposed": r.proposals.not_proposed}, "proposals.json", BASELINE)
-    tracker.finish(BASELINE)
+        tracker.table(r.proposals.table(), "proposals.parquet", PROPOSE)
+    tracker.json({"message": r.proposals.message, "not_proposed": r.proposals.not_proposed}, "proposals.json", PROPOSE)
+    tracker.finish(PROPOSE)
 
 
 def log_result(tracker: Tracker, r: TuneResult) -> None:

@@ -387,14 +387,14 @@ def search_space_problems(system: AnySystem, spaces: Sequence[KnobSpace] | None,
 
 def slice_causes(located: LocateResult, slo: SLOConfig) -> tuple[str, ...]:
     """The causes of the slices that miss the SLO's TTFT or E2E bound for another cause than the overall one."""
-    per_slice = located.verdict.per_slice
+    per_slice = located.diagnosis.per_slice
     if per_slice.empty:
         return ()
     miss = pd.to_numeric(per_slice["ttft_ms_p99"], errors="coerce") > slo.ttft_p99_ms
     if slo.e2e_p99_ms is not None:
         miss |= pd.to_numeric(per_slice["e2e_ms_p99"], errors="coerce") > slo.e2e_p99_ms
     found = per_slice.loc[miss, "cause"].astype(str)
-    return tuple(dict.fromkeys(c for c in found if c not in ("none", located.verdict.cause)))
+    return tuple(dict.fromkeys(c for c in found if c not in ("none", located.diagnosis.cause)))
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -614,7 +614,7 @@ def tune(
         engine_info=measured.run.engine_info,
     )
     proposals = propose(
-        system, located.verdict.cause, slice_causes(located, slo), control=budget.control, spaces=spaces
+        system, located.diagnosis.cause, slice_causes(located, slo), control=budget.control, spaces=spaces
     )
     s = _Search(system, workload, slo, out, budget, engine_factory, warmup_requests, run_tag, on_point)
     untried: tuple[str, ...] = ()
@@ -656,7 +656,7 @@ def _conclude(
     result = TuneResult(
         decision=ranking.decision,
         message=message,
-        cause=located.verdict.cause,
+        cause=located.diagnosis.cause,
         slice_causes=proposals.slice_causes,
         proposals=proposals,
         points=tuple(s.points),

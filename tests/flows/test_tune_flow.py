@@ -76,8 +76,8 @@ def test_tune_flow_logs_every_point_and_the_recommendation(prefect_harness, mlfl
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{result['run_id']}'"
     )
     by_name = {c.info.run_name: c for c in children}
-    assert set(by_name) == {"tune-baseline", "point-00", "point-01", "point-02"}  # the baseline + 2 points
-    assert by_name["tune-baseline"].data.tags["inferopt.cause"] == "queueing"
+    assert set(by_name) == {"1-measure", "2-locate", "3-propose", "point-00", "point-01", "point-02"}
+    assert by_name["2-locate"].data.tags["inferopt.cause"] == "queueing"  # logged as the optimize flow does
     for name in ("point-00", "point-01", "point-02"):
         run = by_name[name]
         assert {"probes.parquet", "capacity_curve.png"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
