@@ -33,6 +33,7 @@ from prefect import flow, task  # noqa: E402
 
 from inferopt.choose.search import TuneBudget, custom_space, search_space_problems  # noqa: E402
 from inferopt.config import ConfigError, load_config  # noqa: E402
+from inferopt.config.redact import redacted  # noqa: E402
 from inferopt.validate.capacity import CapacityBudget  # noqa: E402
 from tasks.tracking import Tracker  # noqa: E402
 from tasks.tune import tune_task  # noqa: E402
@@ -63,7 +64,10 @@ def load_inputs(
     unknown = sorted(set(capacity or {}) - known)
     if unknown:
         raise ValueError(f"capacity: unknown field(s) {unknown}; fix: one of {', '.join(sorted(known))}")
-    cap = CapacityBudget(**{"max_probes": 8, "rel_tol": 0.1, **(capacity or {})})
+    try:
+        cap = CapacityBudget(**{"max_probes": 8, "rel_tol": 0.1, **(capacity or {})})
+    except TypeError as exc:  # a value of the wrong type (`--capacity max_probes=many`)
+        raise ValueError(f"capacity {capacity}: {exc}; fix: numbers, e.g. max_probes=8 rel_tol=0.1") from None
     tb = TuneBudget(max_trials=budget, capacity=cap, control=control)
     problems = search_space_problems(configs[0], knobs, control)
     if problems:
@@ -99,7 +103,7 @@ def tune(
     try:
         tracker.params({**args, "capacity": tb.capacity.__dict__, "spaces": spaces or "declared", "control": control})
         resolved = dict(zip(("system", "workload", "slo", "hardware"), configs, strict=True))
-        tracker.json({k: c.model_dump(mode="json") for k, c in resolved.items()}, "inputs.resolved.json")
+        tracker.json(redacted({k: c.model_dump(mode="json") for k, c in resolved.items()}), "inputs.resolved.json")
         result = tune_task(configs, tb, tracker, knobs)
     except BaseException:
         tracker.tags({"inferopt.tune.decision": "error"})

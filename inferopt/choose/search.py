@@ -31,6 +31,7 @@ from inferopt.choose.propose import Proposal, Proposals, propose
 from inferopt.choose.remedies import remedies_for_changes
 from inferopt.config import AnySystem, CandidateConfig, HardwareConfig, SLOConfig, WorkloadConfig
 from inferopt.config.knob_spaces import KNOB_SPACES, KnobSpace, current_value
+from inferopt.config.redact import REDACTED, redacted, redacted_paths
 from inferopt.engines import EngineFactory, make_engine
 from inferopt.locate.step import LocateResult, locate_system
 from inferopt.measure.step import MeasureResult, measure_system
@@ -556,7 +557,8 @@ def recommendation(
     system: AnySystem, workload: WorkloadConfig, slo: SLOConfig, hardware: HardwareConfig, point: Point, why: str
 ) -> dict[str, Any]:
     """The candidate YAML's content: the baseline plus the recommended change, on the workload, SLO and hardware
-    searched with (inline, so the file stands alone); checked to load as a candidate."""
+    searched with (inline, so the file stands alone), secrets (`config.redact`: headers, a server's environment,
+    credential-named fields) replaced by ***; checked to load as a candidate."""
     data = {
         "name": _slug(f"{system.name}-tuned-{point.label}"),
         "description": f"recommended by inferopt tune: {why}",
@@ -567,8 +569,18 @@ def recommendation(
         "slo": slo.model_dump(mode="json"),
         "hardware": hardware.model_dump(mode="json"),
     }
+    data = redacted(data)  # results/ holds no secret: the file says where to put them back
     CandidateConfig.model_validate(data)  # a recommendation that does not load would be our bug
     return data
+
+
+def recommendation_yaml(data: dict[str, Any]) -> str:
+    """The YAML text, headed by what it is and, when secrets were redacted, where to put them back."""
+    head = "# Recommended by inferopt tune (python -m flows.tune); judge it: python -m flows.optimize <this file>\n"
+    hidden = redacted_paths(data)
+    if hidden:
+        head += f"# secrets redacted as {REDACTED}: set {', '.join(hidden)} before running\n"
+    return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
 def tune(
@@ -649,7 +661,7 @@ def _conclude(
     if ranking.recommended is not None:
         data = recommendation(s.system, s.workload, s.slo, hardware, ranking.recommended, ranking.message)
         path = s.out / "recommendation.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        path.write_text(recommendation_yaml(data))
         message += f"; recommendation: {path}"
     base = s.points[0] if s.points else None
     evidence = tuple(compare_line(p, base) for p in s.points[1:]) if base is not None else ()

@@ -106,6 +106,7 @@ def test_bad_input_exits_2_before_prefect_or_mlflow(in_repo, tmp_path, capsys) -
         ([paths["system"], *rest, "--space", "batching.max_batch_size="], "empty search space"),
         ([paths["system"], *rest, "--capacity", "max_probe=3"], "unknown field(s) ['max_probe']"),
         ([paths["system"], *rest, "--capacity", "max_probes=1"], "too small to bracket"),
+        ([paths["system"], *rest, "--capacity", "max_probes=many"], "fix: numbers"),
         ([paths["system"], *rest, "--control", "kv_budget"], "control arm 'kv_budget'"),
         (["configs/systems/openai-example.yaml", *rest], "the openai engine declares no knob space"),
         ([str(tmp_path / "missing.yaml"), *rest], "file not found"),

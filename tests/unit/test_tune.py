@@ -11,6 +11,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+import yaml
 
 from inferopt.choose.search import (
     Duel,
@@ -21,6 +22,8 @@ from inferopt.choose.search import (
     custom_space,
     decide,
     pareto,
+    recommendation,
+    recommendation_yaml,
     select_points,
     tune,
 )
@@ -121,6 +124,16 @@ def test_the_recommendation_loads_as_a_candidate(queue_bound):
     assert isinstance(cfg, CandidateConfig) and cfg.changes == {"batching.max_batch_size": r.recommended.value}
     assert cfg.baseline == r.baseline.system and cfg.workload == workload(160.0) and cfg.slo == SLO
     assert cfg.candidate_system == r.recommended.system
+
+
+def test_a_recommendation_holds_no_secret_and_says_where_they_go():
+    vllm = load_config(ROOT / "configs/systems/vllm-tiny.yaml").model_copy(update={"extra_env": {"HF_TOKEN": "hf_x1"}})
+    p = Point(1, "batch_size", "max_num_seqs", 32, 16, "queueing", False, "grid", vllm, cap(20.0, 22.0))
+    data = recommendation(vllm, workload(10.0), SLO, HW, p, "a test")
+    assert data["baseline"]["extra_env"] == {"HF_TOKEN": "***"} and data["changes"] == {"max_num_seqs": 32}
+    text = recommendation_yaml(data)
+    assert "hf_x1" not in text and "set baseline.extra_env.HF_TOKEN before running" in text.splitlines()[1]
+    assert CandidateConfig.model_validate(yaml.safe_load(text)).candidate_system.max_num_seqs == 32
 
 
 def test_the_frontier_marks_the_recommendation_and_the_slo(queue_bound):
