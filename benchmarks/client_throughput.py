@@ -51,7 +51,8 @@ from inferopt.transport.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDELLM_VENV = ROOT / ".venv-guidellm"
-TOKENIZER_DIR = Path(os.environ.get("INFEROPT_CACHE") or ROOT / ".cache") / "models" / "tiny-llama"  # as inferopt.model.build
+# the builtin model's tokenizer, where inferopt.model.build puts it ($INFEROPT_CACHE, else .cache)
+TOKENIZER_DIR = Path(os.environ.get("INFEROPT_CACHE") or ROOT / ".cache") / "models" / "tiny-llama"
 MODEL_ID = "noop"
 INPUT_LEN = 128
 OUTPUT_LEN = 8

@@ -135,7 +135,8 @@ def figures(stamps: np.ndarray, cpu: TreeCpu, rate: float | None) -> dict[str, A
     return out
 
 
-def run_tool(name: str, launch: Launch, base_url: str, out_dir: Path, expected: int, rate: float | None, limit_s: float):
+def run_tool(launch: Launch, base_url: str, out_dir: Path, expected: int, rate: float | None, limit_s: float) -> dict:
+    """One run of one tool: its figures from the server's arrival stamps and its process tree's CPU."""
     fetch_stamps(base_url)  # clear what earlier runs (or readiness probes) left
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **launch.env}
     log = (out_dir / "log.txt").open("w")
@@ -277,7 +278,7 @@ def skip_reason(tool: str) -> str | None:
         return skipped.read_text().strip()
     if not (venv / ".inferopt-peer").exists():
         return f"not installed: run `bash scripts/setup_peers.sh` ({venv.name} missing)"
-    if tool != "ours" and not (ct.TOKENIZER_DIR / "tokenizer.json").is_file():
+    if not (ct.TOKENIZER_DIR / "tokenizer.json").is_file():
         return f"{ct.TOKENIZER_DIR} has no tokenizer: run `bash scripts/setup.sh` first"
     return None
 
@@ -291,7 +292,7 @@ def one_tool(tool: str, base_url: str, args: argparse.Namespace, keep: Path | No
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             launch = LAUNCHERS[tool](base_url, n, rate, out)
-            runs[label] = run_tool(tool, launch, base_url, out, n, rate, args.limit_seconds)
+            runs[label] = run_tool(launch, base_url, out, n, rate, args.limit_seconds)
             if keep is not None:
                 dest = keep / f"{tool}-{label}"
                 dest.mkdir(parents=True, exist_ok=True)
@@ -337,7 +338,8 @@ def main() -> None:
     try:
         for tool in [t for t in args.only.split(",") if t]:
             reason = skip_reason(tool)
-            result[tool] = {"skipped": reason} if reason else headline(one_tool(tool, base_url, args, args.keep and Path(args.keep)))
+            keep = Path(args.keep) if args.keep else None
+            result[tool] = {"skipped": reason} if reason else headline(one_tool(tool, base_url, args, keep))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
