@@ -254,9 +254,9 @@ def launch_guidellm(base_url: str, n: int, rate: float | None, out: Path) -> Lau
         "--output", f"kind=json,path={out / 'guidellm.json'}", "--disable-console-interactive",
     ]  # fmt: skip
 
-    def count(d: Path) -> int:
-        _, ok, bad = ct.guidellm_window(json.loads((d / "guidellm.json").read_text()))
-        return ok + bad
+    def count(d: Path) -> int:  # successful, errored and incomplete (cancelled at the end) are all records
+        reqs = json.loads((d / "guidellm.json").read_text())["benchmarks"][0].get("requests", {})
+        return sum(len(reqs.get(k) or []) for k in ("successful", "errored", "incomplete"))
 
     return Launch(cmd, count, ("guidellm.json",))
 
