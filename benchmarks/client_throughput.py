@@ -2,8 +2,9 @@
 
 A no-op OpenAI-compatible streaming server runs in a separate process on 127.0.0.1 (raw asyncio protocol
 on uvloop: keep-alive HTTP/1.1, each `/v1/completions` answered at once with one SSE chunk per requested
-token — `max_tokens`, capped at 64 — each with continuous usage, then a usage chunk and `[DONE]`; also
-`/health` and `/v1/models`). It does no model work, so the client is what is measured.
+token — `max_tokens` or `max_completion_tokens`, capped at 64 — each with continuous usage, then a usage chunk
+and `[DONE]`; also `/health`, `/v1/models`, and `GET /stamps`: the arrival time of every completion request so
+far, then cleared, which `benchmarks/peers.py` reads). It does no model work, so the client is what is measured.
 
 (a) ours: `OpenAIEngine` driven by `run_open_loop` — the real code path — on uvloop, with a constant
     arrival rate far above what the client can do (so it runs flat out; the connection pool,
@@ -50,7 +51,8 @@ from inferopt.transport.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDELLM_VENV = ROOT / ".venv-guidellm"
-TOKENIZER_DIR = ROOT / ".cache" / "models" / "tiny-llama"
+# the builtin model's tokenizer, where inferopt.model.build puts it ($INFEROPT_CACHE, else .cache)
+TOKENIZER_DIR = Path(os.environ.get("INFEROPT_CACHE") or ROOT / ".cache") / "models" / "tiny-llama"
 MODEL_ID = "noop"
 INPUT_LEN = 128
 OUTPUT_LEN = 8
@@ -106,6 +108,7 @@ def serve(port: int) -> None:
         json.dumps({"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]}).encode(),
     )
     health = _plain(b"200 OK", b"text/plain", b"ok")
+    stamps: list[float] = []  # arrival time of each completion request (benchmarks/peers.py reads them)
     missing = _plain(b"404 Not Found", b"text/plain", b"not found")
 
     class Proto(asyncio.Protocol):
@@ -131,10 +134,13 @@ def serve(port: int) -> None:
                 buf = buf[end + 4 + clen :]
                 line = head[: head.find(b"\r\n")] if b"\r\n" in head else head
                 if line.startswith(b"POST") and b"/completions" in line:
-                    j = body.find(b'"max_tokens":')
+                    stamps.append(time.time())  # arrival: the request is complete in the buffer
+                    j, skip = body.find(b'"max_tokens":'), 13
+                    if j < 0:  # newer clients send the chat-era name
+                        j, skip = body.find(b'"max_completion_tokens":'), 24
                     n = 16
                     if j >= 0:
-                        k = j + 13
+                        k = j + skip
                         while body[k : k + 1] == b" ":
                             k += 1
                         e = k
@@ -142,6 +148,9 @@ def serve(port: int) -> None:
                             e += 1
                         n = int(body[k:e] or 16)
                     self.t.write(bodies[max(1, min(n, 64))])
+                elif line.startswith(b"GET /stamps"):  # the arrival times so far (epoch s), then cleared
+                    self.t.write(_plain(b"200 OK", b"application/json", json.dumps(stamps).encode()))
+                    stamps.clear()
                 elif b"/v1/models" in line:
                     self.t.write(models)
                 elif b"/health" in line:

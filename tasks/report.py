@@ -1,14 +1,17 @@
 """Prefect task for the run report: build `results/<run_id>/report.html` from the run's results directory
-(`inferopt.report`) and log it to the MLflow parent run. Also the flow's one-line step progress.
+(`inferopt.report`) and log it to the MLflow parent run, whose description (`mlflow.note.content`) then holds
+the verdict, its reasons and a link to the report. Also the flow's one-line step progress.
 
 Deliberately not here: the report's content (inferopt/report/html.py) and the steps themselves.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from prefect import task
 
@@ -17,6 +20,35 @@ from inferopt.report.rundir import load_run_dir
 from tasks.tracking import Tracker
 
 REPORT = "report.html"
+NOTE = "mlflow.note.content"  # the MLflow UI shows this tag as the run's description (Markdown)
+NOTE_MAX_CHARS = 4800  # Tracker.tags keeps 5000
+
+
+def run_note(verdict: dict[str, Any] | None, report_href: str) -> str:
+    """The parent run's description: the decision, a link to the report, every reason (indented lines nested),
+    every warning; cut with a pointer to verdict.json when longer than a tag holds."""
+    if not verdict:
+        head = "**No verdict**: the flow stopped before the verdict step; the report shows the steps that ran."
+        return f"{head}\n\n[Open the report]({report_href})\n"
+    lines = [f"**VERDICT: {str(verdict.get('decision', '?')).upper()}** — [open the report]({report_href})", ""]
+    for reason in verdict.get("reasons", []):
+        depth = (len(reason) - len(reason.lstrip(" "))) // 2
+        lines.append(f"{'  ' * depth}- {reason.strip()}")
+    lines += [f"- WARNING: {w}" for w in verdict.get("warnings", [])]
+    text, cut = "", "\n\n… (cut: every reason is in `verdict.json`)"
+    for line in lines:
+        if len(text) + len(line) + 1 > NOTE_MAX_CHARS - len(cut):
+            return text + cut
+        text += line + "\n"
+    return text
+
+
+def describe_run(tracker: Tracker) -> None:
+    """Set the parent run's description from verdict.json in the results mirror (absent: the run failed)."""
+    path = tracker.results_dir / "verdict.json"
+    verdict = json.loads(path.read_text()) if path.exists() else None
+    href = f"#/experiments/{tracker.experiment_id}/runs/{tracker.parent_run_id}/artifacts/{REPORT}"
+    tracker.tags({NOTE: run_note(verdict, href)})
 
 
 def write_report(tracker: Tracker) -> Path:
@@ -26,6 +58,7 @@ def write_report(tracker: Tracker) -> Path:
     path.write_text(html, encoding="utf-8")
     tracker.file(path, copy=False)
     tracker.tags({"inferopt.report": REPORT})
+    describe_run(tracker)
     return path
 
 

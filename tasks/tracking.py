@@ -190,7 +190,8 @@ class Tracker:
 
 
 def log_records(tracker: Tracker, records: list, name: str) -> None:
-    """requests.parquet (a row per request) and tokens.parquet (a row per token) beside the streamed JSONL."""
+    """requests.parquet (a row per request) and tokens.parquet (a row per token) beside the streamed JSONL, and
+    a Benchmark Report v0.2 per trial under `benchmark_report/` (`inferopt.interop.benchmark_report`)."""
     from inferopt.records import records_to_frame, tokens_to_frame
 
     tracker.table(records_to_frame(records), "requests.parquet", name)
@@ -201,6 +202,22 @@ def log_records(tracker: Tracker, records: list, name: str) -> None:
     jsonl = tracker.dir_for(name) / "requests.jsonl"
     if jsonl.exists():
         tracker.client.log_artifact(tracker._run(name), str(jsonl))
+    log_benchmark_reports(tracker, records, name)
+
+
+def log_benchmark_reports(tracker: Tracker, records: list, name: str) -> None:
+    """The step's trials as Benchmark Reports; a failure is said and tagged, the step's own results stand."""
+    from inferopt.interop.benchmark_report import write_trial_reports
+
+    out = tracker.dir_for(name) / "benchmark_report"
+    try:
+        paths = write_trial_reports(records, out, experiment=tracker.parent_run_id)
+    except Exception as err:  # noqa: BLE001 - an export must not turn a measured step into an error
+        print(f"[{name}] no Benchmark Report: {type(err).__name__}: {err}", flush=True)
+        tracker.tags({"inferopt.benchmark_report": f"failed: {type(err).__name__}: {err}"}, name)
+        return
+    if paths:
+        tracker.client.log_artifacts(tracker._run(name), str(out), artifact_path="benchmark_report")
 
 
 def logged_arms(tracker: Tracker) -> list[str] | None:

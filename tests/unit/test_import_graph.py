@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gate",),  # step 6
     ("verdict",),  # decide, the cheat lint, evidence
     ("report",),  # reads a run directory only
+    ("compare", "interop"),  # two runs side by side; Benchmark Reports out, GuideLLM/AIPerf files in
 )
 
 # Third-party modules that may be imported inside a function without a per-line comment, and why they stay lazy.
