@@ -8,6 +8,7 @@ from prefect import task
 
 from inferopt.ablate import AblationResult, ablate
 from inferopt.config import CandidateConfig
+from tasks.dispatch import run_arms_on_workers
 from tasks.log_steps import log_ablation, trial_logger
 from tasks.tracking import Tracker
 
@@ -20,8 +21,6 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
     tracker.params(candidate.ablation.model_dump(mode="json"), STEP)
     run_trial = None
     if candidate.ablation.dispatch == "workers":  # each arm on a Prefect worker; the statistics stay here
-        from tasks.dispatch import run_arms_on_workers
-
         run_trial = run_arms_on_workers(candidate, tracker)
     result = ablate(
         candidate,

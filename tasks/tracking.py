@@ -26,6 +26,8 @@ from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from inferopt.config.redact import redacted, redacted_flat, scrub_text  # noqa: E402
+from inferopt.interop.benchmark_report import write_trial_reports  # noqa: E402
+from inferopt.records import records_to_frame, tokens_to_frame  # noqa: E402
 
 DEFAULT_EXPERIMENT = "inferopt"
 
@@ -192,8 +194,6 @@ class Tracker:
 def log_records(tracker: Tracker, records: list, name: str) -> None:
     """requests.parquet (a row per request) and tokens.parquet (a row per token) beside the streamed JSONL, and
     a Benchmark Report v0.2 per trial under `benchmark_report/` (`inferopt.interop.benchmark_report`)."""
-    from inferopt.records import records_to_frame, tokens_to_frame
-
     tracker.table(records_to_frame(records), "requests.parquet", name)
     tokens = tokens_to_frame(records)
     path = tracker.dir_for(name) / "tokens.parquet"
@@ -207,8 +207,6 @@ def log_records(tracker: Tracker, records: list, name: str) -> None:
 
 def log_benchmark_reports(tracker: Tracker, records: list, name: str) -> None:
     """The step's trials as Benchmark Reports; a failure is said and tagged, the step's own results stand."""
-    from inferopt.interop.benchmark_report import write_trial_reports
-
     out = tracker.dir_for(name) / "benchmark_report"
     try:
         paths = write_trial_reports(records, out, experiment=tracker.parent_run_id)

@@ -301,3 +301,21 @@ def test_a_local_project_import_needs_a_reason() -> None:
 )
 def test_the_lazy_comment_is_read_from_the_line_or_the_line_above(lines: list[str], expected: str | None) -> None:
     assert _lazy_reason(lines, len(lines)) == expected
+
+
+def test_tasks_and_flows_import_the_project_at_the_top() -> None:
+    """tasks/ and flows/ only wire and log: a function-local import of a project module there needs a reason too."""
+    root = Path(__file__).resolve().parents[2]
+    bad = []
+    for path in sorted([*root.glob("tasks/*.py"), *root.glob("flows/*.py")]):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    mod = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                    said = LAZY_TAG in lines[node.lineno - 1] or LAZY_TAG in lines[node.lineno - 2]
+                    if (mod or "").split(".")[0] in ("inferopt", "tasks", "flows") and not said:
+                        bad.append(f"{path.relative_to(root)}:{node.lineno} imports {mod} inside a function")
+    assert not bad, "\n".join(bad)
