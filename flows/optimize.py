@@ -71,10 +71,14 @@ def load_candidate(candidate: str, overrides: dict[str, Any] | None = None) -> C
 
 @flow(name="optimize", log_prints=False, validate_parameters=True)  # step progress to stdout
 def optimize(
-    candidate: str = DEFAULT_CANDIDATE, overrides: dict[str, Any] | None = None, experiment: str = "inferopt"
+    candidate: str = DEFAULT_CANDIDATE,
+    overrides: dict[str, Any] | None = None,
+    experiment: str = "inferopt",
+    compare_with: str | None = None,
 ) -> dict[str, Any]:
     """Judge one candidate optimization. `candidate` is a YAML path (relative to the working directory);
-    `overrides` sets dotted fields, e.g. {"workload.num_requests": 16}."""
+    `overrides` sets dotted fields, e.g. {"workload.num_requests": 16}. The report ends with this run beside
+    `compare_with` (an MLflow run id or results directory), by default the previous run of the same candidate."""
     cfg = load_candidate(candidate, overrides)
     tracker = Tracker.start(
         run_name=cfg.name,
@@ -116,7 +120,7 @@ def optimize(
         progress.step("verdict")
         verdict = verdict_task(cfg, measured, located, choice, ablation, scenarios, gate, tracker)
         progress.step("report")
-        report = report_task(tracker)
+        report = report_task(tracker, compare_with)
         progress.done()
     except BaseException:
         report_after_failure(tracker)  # the steps that did run, in report.html (not on Ctrl-C)
@@ -144,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FIELD=VALUE",
         help="override a dotted field (YAML value), e.g. --set workload.num_requests=16",
     )
+    parser.add_argument(
+        "--compare-with",
+        default=None,
+        metavar="RUN",
+        help="the report compares this run with RUN (MLflow run id or results dir); default: the candidate's last run",
+    )
     parser.add_argument("--serve", action="store_true", help="serve the optimize/candidate deployment")
     parser.add_argument("--cron", default=None, help="with --serve: a cron schedule, e.g. '0 2 * * *'")
     args = parser.parse_args(argv)
@@ -155,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # CheatRefused included
         print(refusal(exc, args.candidate), file=sys.stderr)
         return 2
-    result = optimize(candidate=args.candidate, overrides=overrides or None)
+    result = optimize(candidate=args.candidate, overrides=overrides or None, compare_with=args.compare_with)
     print(
         json.dumps(
             {"decision": result["decision"], "mlflow_run_id": result["run_id"], "results_dir": result["results_dir"]}

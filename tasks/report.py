@@ -1,6 +1,7 @@
 """Prefect task for the run report: build `results/<run_id>/report.html` from the run's results directory
 (`inferopt.report`) and log it to the MLflow parent run, whose description (`mlflow.note.content`) then holds
-the verdict, its reasons and a link to the report. Also the flow's one-line step progress.
+the verdict, its reasons and a link to the report, which ends with this run beside the previous finished run of
+the same candidate (`inferopt.compare`; or the run named by `compare_with`). Also the flow's step progress.
 
 Deliberately not here: the report's content (inferopt/report/html.py) and the steps themselves.
 """
@@ -15,8 +16,12 @@ from typing import Any
 
 from prefect import task
 
-from inferopt.report.html import build_report
+from inferopt.compare.core import compare_runs
+from inferopt.compare.render import html_section
+from inferopt.compare.runs import load_side
+from inferopt.report.html import ExtraSection, build_report
 from inferopt.report.rundir import load_run_dir
+from tasks.compare import run_dir
 from tasks.tracking import Tracker
 
 REPORT = "report.html"
@@ -51,9 +56,49 @@ def describe_run(tracker: Tracker) -> None:
     tracker.tags({NOTE: run_note(verdict, href)})
 
 
-def write_report(tracker: Tracker) -> Path:
+def previous_run_id(tracker: Tracker, candidate: str) -> str | None:
+    """The newest other FINISHED optimize parent run of `candidate` in this experiment that reached a verdict."""
+    runs = tracker.client.search_runs(
+        [tracker.experiment_id],
+        filter_string=f"tags.`inferopt.candidate` = '{candidate}' and tags.`inferopt.kind` = 'optimize' "
+        "and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"],
+        max_results=50,
+    )
+    for run in runs:
+        tags = run.data.tags
+        if run.info.run_id == tracker.parent_run_id or tags.get("inferopt.kind") != "optimize":
+            continue
+        if tags.get("inferopt.verdict") not in (None, "", "error"):
+            return run.info.run_id
+    return None
+
+
+def comparison_section(tracker: Tracker, compare_with: str | None) -> ExtraSection | None:
+    """This run (B) beside `compare_with` (A), or beside the previous run of its candidate; a comparison that
+    cannot be made says why in the section instead of failing the report. None when there is nothing to compare."""
+    current = load_side(tracker.results_dir)
+    ref = compare_with or previous_run_id(tracker, current.candidate)
+    if ref is None:
+        return None
+    what = "the run asked for" if compare_with else "the previous run of this candidate"
+    heading = f"Compared with {ref[:8]}"
+    try:
+        body = html_section(compare_runs(load_side(run_dir(ref)), current), level=3)
+    except Exception as err:  # noqa: BLE001 - the report stands without the comparison; the reason is shown
+        body = f'<p class="missing">no comparison with {ref}: {type(err).__name__}: {err}</p>'
+    intro = f'<p class="meta">A = {ref} ({what}), B = this run. Also: <code>python -m inferopt.compare {ref} '
+    return ExtraSection("compare", heading, intro + f"{tracker.parent_run_id}</code></p>" + body)
+
+
+def write_report(tracker: Tracker, compare_with: str | None = None) -> Path:
     """Build the report from what the run wrote so far, write it into the results mirror, log it."""
-    html = build_report(load_run_dir(tracker.results_dir))
+    try:
+        extra = comparison_section(tracker, compare_with)
+    except Exception as err:  # noqa: BLE001 - a run that cannot be looked up must not cost the report
+        print(f"[report] no comparison section: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        extra = None
+    html = build_report(load_run_dir(tracker.results_dir), extra=(extra,) if extra else ())
     path = tracker.results_dir / REPORT
     path.write_text(html, encoding="utf-8")
     tracker.file(path, copy=False)
@@ -63,11 +108,11 @@ def write_report(tracker: Tracker) -> Path:
 
 
 @task(name="report", task_run_name="html report")
-def report_task(tracker: Tracker) -> Path | None:
+def report_task(tracker: Tracker, compare_with: str | None = None) -> Path | None:
     """The report, or None when building it failed: said loudly and tagged, but the verdict stands."""
     t0 = time.monotonic()
     try:
-        path = write_report(tracker)
+        path = write_report(tracker, compare_with)
     except Exception as err:  # noqa: BLE001 - a broken report must not turn a decided run into an error
         print(f"[report] FAILED to build the report: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         tracker.tags({"inferopt.report": f"failed: {type(err).__name__}: {err}"})

@@ -86,17 +86,25 @@ def markdown(cmp: Comparison) -> str:
     )
 
 
-def html_page(cmp: Comparison) -> str:
-    """One self-contained page."""
-    esc = html.escape
+def html_section(cmp: Comparison, level: int = 2) -> str:
+    """The comparison's body (headline, verdicts, slices) with headings at `level`, for a page or a report."""
+    esc, h = html.escape, f"h{level}"
     verdicts = cmp.verdicts.rename(columns={"a": f"A {cmp.a.run_id[:8]}", "b": f"B {cmp.b.run_id[:8]}"})
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(_title(cmp))}</title>"
-        f"<style>{CSS} td{{white-space:pre-wrap}}</style></head><body><main>"
-        f"<h1>Comparison</h1><p class='meta'>{esc(_title(cmp))}</p>"
+        f"<p class='meta'>{esc(_title(cmp))}</p>"
         f"<p class='big'><b>{esc(cmp.pairing)}</b>: {esc(cmp.pairing_reason)}</p>"
-        f"<h2>Headline metrics (B against A)</h2>{table_html(cmp.metrics, columns=HEADLINE, max_rows=200)}"
-        f"<h2>Verdicts and reasons</h2>{table_html(verdicts, max_rows=200)}"
-        f"<h2>Per slice (measured baseline; p-values unadjusted)</h2>"
-        f"{table_html(cmp.slices, columns=SLICES, max_rows=400)}</main></body></html>"
+        f"<{h}>Headline metrics (B against A)</{h}>{table_html(cmp.metrics, columns=HEADLINE, max_rows=200)}"
+        f"<p class='meta'>tests: {esc(LEGEND)}</p>"
+        f"<{h}>Verdicts and reasons</{h}>{table_html(verdicts, max_rows=200)}"
+        f"<{h}>Per slice (measured baseline; p-values unadjusted)</{h}>"
+        f"{table_html(cmp.slices, columns=SLICES, max_rows=400)}"
+    )
+
+
+def html_page(cmp: Comparison) -> str:
+    """One self-contained page."""
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(_title(cmp))}</title>"
+        f"<style>{CSS} td{{white-space:pre-wrap}}</style></head><body><main>"
+        f"<h1>Comparison</h1>{html_section(cmp)}</main></body></html>"
     )

@@ -12,6 +12,7 @@ Deliberately not here: reading files (rundir.py), MLflow, Prefect, and any numbe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
@@ -20,6 +21,16 @@ from inferopt.report import figures
 from inferopt.report.rundir import RunData, StepData
 from inferopt.report.sections import SECTIONS, Part
 from inferopt.report.tables import details, esc, kv_html, status_class, table_html
+
+
+@dataclass(frozen=True)
+class ExtraSection:
+    """A section rendered elsewhere (e.g. `inferopt.compare`: this run beside another), placed after the steps."""
+
+    anchor: str
+    heading: str
+    body_html: str
+
 
 STEP_ORDER = ("measure", "locate", "choose", "ablate", "validate", "gate")
 TITLES = {
@@ -237,12 +248,13 @@ def _candidate_meta(run: RunData) -> str:
     return '<p class="meta">' + " · ".join(bits) + "</p>"
 
 
-def build_report(run: RunData, title: str | None = None) -> str:
-    """The report as one HTML string (see the module docstring)."""
+def build_report(run: RunData, title: str | None = None, extra: tuple[ExtraSection, ...] = ()) -> str:
+    """The report as one HTML string (see the module docstring); `extra` sections follow the steps."""
     name = (run.candidate or {}).get("name") or run.run_id
     title = title or f"inferopt report — {name}"
     keys = list(STEP_ORDER) + [k for k in run.steps if k not in STEP_ORDER]
     nav = "".join(f'<a href="#{esc(k)}">{esc(TITLES.get(k, k).split(" — ")[0])}</a>' for k in keys)
+    nav += "".join(f'<a href="#{esc(x.anchor)}">{esc(x.heading)}</a>' for x in extra)
     body = [
         f"<h1>{esc(title)}</h1>",
         _candidate_meta(run),
@@ -251,6 +263,7 @@ def build_report(run: RunData, title: str | None = None) -> str:
         _verdict_section(run),
     ]
     body += [_step_section(k, run.step(k), run) for k in keys]
+    body += [f'<h2 id="{esc(x.anchor)}">{esc(x.heading)}</h2>{x.body_html}' for x in extra]
     if run.docs:
         body.append(
             '<h2 id="other">Other documents</h2>'

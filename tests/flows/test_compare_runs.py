@@ -48,6 +48,12 @@ def test_two_runs_compared_paired_and_unpaired(prefect_harness, mlflow_uri, in_r
     )
     assert load_benchmark_report(measured).results.request_performance.aggregate.requests.total == 40
 
+    # the second run's report ends beside the first (the previous run of its candidate); the first has none
+    report_b = (in_repo / b["run_id"] / "report.html").read_text()
+    assert f'<h2 id="compare">Compared with {a["run_id"][:8]}</h2>' in report_b
+    assert "Headline metrics (B against A)" in report_b and "<b>paired</b>" in report_b
+    assert 'id="compare"' not in (in_repo / a["run_id"] / "report.html").read_text()
+
     # paired: the same candidate and workload
     sa, sb = load_side(in_repo / a["run_id"]), load_side(in_repo / b["run_id"])
     assert sa.workload_hash and sa.workload_hash == sb.workload_hash
