@@ -167,6 +167,12 @@ class WorkloadConfig(Frozen):
     prefix: PrefixConfig = PrefixConfig()
     tenants: tuple[TenantConfig, ...] = (TenantConfig(name="default"),)
     timeout_s: Seconds = Field(default=60.0, description="per-request client timeout")
+    output_lengths: Literal["forced", "natural"] | None = Field(
+        default=None,
+        description="forced: every request runs to its target length (ignore_eos/min_tokens, hf's own loop); "
+        "natural: the model stops at EOS. Unset: forced for trace replay and capacity probes, natural for "
+        "synthetic loads and for arms whose changes can change outputs",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:

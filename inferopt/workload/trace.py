@@ -90,8 +90,13 @@ def load_trace(
         },
         columns=list(WORKLOAD_COLUMNS),
     )
+    _carry_sessions(table, frame)
+    table.attrs["source"] = str(path)
+    return table
+
+
+def _carry_sessions(table: pd.DataFrame, frame: pd.DataFrame) -> None:
+    """`session_id` and `turn` as extra columns, when the trace has them (in place)."""
     if frame["session_id"].notna().any():
         table["session_id"] = frame["session_id"].to_numpy()
         table["turn"] = frame["turn"].astype("Int64").to_numpy()
-    table.attrs["source"] = str(path)
-    return table
