@@ -1,6 +1,7 @@
 """Public trace formats and the column mapping: each format loads from its sample in configs/traces/ (through
 its workload YAML), `auto` tells them by header, a trace with its own column names replays through
-`trace.columns`, Mooncake hash_ids become prefix groups, and bad rows name file, row, field and fix."""
+`trace.columns` (and runs on an engine at its own lengths), Mooncake hash_ids become prefix groups, and bad
+rows name file, row, field and fix."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from inferopt.config import TraceConfig, WorkloadConfig
+from inferopt.config import FakeSystem, TraceConfig, WorkloadConfig
 from inferopt.config.loader import load_config
 from inferopt.config.trace_formats import detect_format, shared_prefixes
+from inferopt.measure.runner import RunTags
+from inferopt.measure.session import run_system
 from inferopt.workload import WORKLOAD_COLUMNS, build_workload
 from inferopt.workload.trace import TraceError
 
@@ -158,3 +161,13 @@ def test_config_refuses_unknown_field_in_the_mapping_and_unknown_format() -> Non
         TraceConfig(path="t.csv", columns={"timestamps": "ts"})
     with pytest.raises(ValidationError, match="format"):
         TraceConfig(path="t.csv", format="parquet")
+
+
+def test_the_own_columns_trace_replays_on_an_engine_at_its_lengths() -> None:
+    table = _sample("own-columns")
+    run = run_system(FakeSystem(decode_step_ms=0.2, prefill_base_ms=0.2), table, RunTags(arm="a"), timeout_s=10)
+    assert not run.failed and len(run.records) == len(table) and {r.outcome for r in run.records} == {"ok"}
+    assert run.engine_info["output_lengths"] == "forced"  # trace replay: the trace's own output lengths
+    by_id = {r.request_id: r for r in run.records}
+    assert [by_id[i].output_len for i in table["request_id"]] == table["output_len"].tolist()
+    assert [by_id[i].tenant for i in table["request_id"]] == table["tenant"].tolist()
