@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from inferopt.ablate.plan import Trial, plan_arms
+from inferopt.choose.output_lengths import arm_workload
 from inferopt.config import CandidateConfig
 from inferopt.config.redact import redacted
 from inferopt.measure.runner import RunTags
@@ -137,7 +138,7 @@ def run_arm_trials(
     arm = arms[arm_name]
     settings = candidate.ablation
     n = repeats or settings.look_repeats[-1]
-    table = build_workload(candidate.workload, settings.num_requests)
+    table = build_workload(arm_workload(candidate), settings.num_requests)
     out_dir = Path(out_dir)
     window = ArmWindow(arm=arm_name, host=socket.gethostname(), pid=os.getpid(), start_s=time.time())
     runs: list[MeasuredRun] = []

@@ -43,6 +43,7 @@ from inferopt.ablate.plan import (
     plan_arms,
 )
 from inferopt.ablate.speculative_arms import speculative_table
+from inferopt.choose.output_lengths import arm_workload
 from inferopt.config import AnySystem, CandidateConfig
 from inferopt.engines import EngineFactory, make_engine
 from inferopt.measure.runner import RunTags
@@ -147,7 +148,7 @@ def ablate(
     if settings.test == "two_level_bootstrap":
         check_bootstrap_resolution(settings, len(METRICS))
     by_name = {a.name: a for a in arms}
-    table = build_workload(candidate.workload, settings.num_requests)
+    table = build_workload(arm_workload(candidate), settings.num_requests)
     look_at = settings.look_repeats
     alpha = settings.alpha_per_look
     planned = interleaved_order([a.name for a in arms], look_at[-1], settings.seed)

@@ -66,3 +66,6 @@ class Capabilities:
     vocab_size: int | None  # a declared vocabulary (fake, openai); None: the model's config says
     pools: tuple[Any, ...]  # the systems behind a pooled one (empty for a single engine)
     knobs: tuple[str, ...]  # fields that change how it serves (what an arm may vary); identity and plumbing out
+    # can hold a request to its target length when asked (`workload.output_lengths: forced`): hf's own loop,
+    # vLLM's ignore_eos + min_tokens, an openai endpoint that declares it accepts them, the fake (always)
+    forces_lengths: bool = False

@@ -45,6 +45,7 @@ from inferopt.config.systems import (
     SystemConfig,
     VLLMSystem,
 )
+from inferopt.config.trace_formats import MOONCAKE_BLOCK_TOKENS, TRACE_FIELDS
 
 # --------------------------------------------------------------------------- workload
 
@@ -115,15 +116,43 @@ class TenantConfig(Frozen):
 
 class TraceConfig(Frozen):
     """Replay a recorded trace instead of synthesizing arrivals and lengths (see `inferopt.workload.trace`).
-    JSONL or CSV, one request per row: `timestamp` (s; absolute or relative, shifted to start at 0) and
-    `input_len`/`output_len` or `prompt` text; optional `tenant`, `priority`, `prefix_group`."""
+    One request per row; `format` says whose columns (`auto`: told from the header), `columns` maps our fields
+    to the file's own column names, `timestamp_unit` overrides the format's (formats:
+    `inferopt.config.trace_formats`)."""
 
     path: str = Field(description="the trace file; relative paths resolve against the config file")
-    format: Literal["auto", "jsonl", "csv"] = "auto"
+    format: Literal["auto", "jsonl", "csv", "native", "azure", "burstgpt", "mooncake", "sessions"] = Field(
+        default="auto",
+        description="auto (by header), native (jsonl/csv: our columns), azure, burstgpt, mooncake, sessions",
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="our field -> the file's column, e.g. {timestamp: ts, output_len: gen}"
+    )
+    timestamp_unit: Literal["s", "ms", "us", "iso"] | None = Field(
+        default=None, description="s / ms / us numbers, or iso date-times; default: the format's"
+    )
+    block_tokens: Tokens = Field(default=MOONCAKE_BLOCK_TOKENS, description="tokens per Mooncake hash_ids block")
     time_scale: PositiveFloat = Field(
         default=1.0, le=1000.0, description="multiplies the gaps (0.5 = replay twice as fast)"
     )
     limit: Count | None = Field(default=None, description="replay only the first N rows")
+
+    @field_validator("columns")
+    @classmethod
+    def _known_fields(cls, value: dict[str, str]) -> dict[str, str]:
+        for field, column in value.items():
+            if field not in TRACE_FIELDS:
+                near = difflib.get_close_matches(field, TRACE_FIELDS, n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise ValueError(
+                    f"columns: {field!r} is not a trace field; fix: {hint}map one of {', '.join(TRACE_FIELDS)} "
+                    "to the file's column name"
+                )
+            if not column.strip() or len(column) > 200:
+                raise ValueError(f"columns.{field}: give the file's column name (1-200 characters)")
+        if len(set(value.values())) != len(value):
+            raise ValueError("columns: two fields map to one column; fix: map each column once")
+        return value
 
 
 class WorkloadConfig(Frozen):
@@ -138,6 +167,12 @@ class WorkloadConfig(Frozen):
     prefix: PrefixConfig = PrefixConfig()
     tenants: tuple[TenantConfig, ...] = (TenantConfig(name="default"),)
     timeout_s: Seconds = Field(default=60.0, description="per-request client timeout")
+    output_lengths: Literal["forced", "natural"] | None = Field(
+        default=None,
+        description="forced: every request runs to its target length (ignore_eos/min_tokens, hf's own loop); "
+        "natural: the model stops at EOS. Unset: forced for trace replay and capacity probes, natural for "
+        "synthetic loads and for arms whose changes can change outputs",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:

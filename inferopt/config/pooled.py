@@ -90,6 +90,7 @@ class PooledSystem(Frozen):
             vocab_size=None,
             pools=tuple(p.system for p in self.pools),
             knobs=(),
+            forces_lengths=all(c.forces_lengths for c in caps),
         )
 
     def with_queue_bound(self, limit: int | None) -> None:

@@ -69,13 +69,30 @@ def parse_set_items(items: Sequence[str]) -> dict[str, Any]:
 def check_candidate(path: str | Path, overrides: dict[str, Any] | None = None) -> CandidateConfig:
     """The validated candidate, or one ConfigError listing every problem found (see the module docstring)."""
     cfg, prov = load_with_provenance(path, "candidate", overrides)
-    problems = [*_trace(cfg, prov), *_durations(cfg), *_paths(cfg), *_hardware(cfg, prov)]
+    problems = [*_trace(cfg, prov), *_durations(cfg), *_paths(cfg), *_hardware(cfg, prov), *_forced_lengths(cfg)]
     if problems:
         lines = list(dict.fromkeys(p if isinstance(p, str) else p.render(prov) for p in problems))  # once each
         raise ConfigError(
             f"{path}: the pre-run check found {len(lines)} problem(s):\n" + "\n".join(f"  - {x}" for x in lines)
         )
     return cfg
+
+
+def _forced_lengths(cfg: CandidateConfig) -> Iterator[Problem]:
+    """A declared `output_lengths: forced` needs systems that can force a length (an undeclared default falls
+    back to natural where they cannot, and says so in the run's engine info)."""
+    if cfg.workload.output_lengths != "forced":
+        return
+    for system in (cfg.baseline, cfg.candidate_system):
+        if not system.capabilities.forces_lengths:
+            yield Problem(
+                ("workload", "output_lengths"),
+                "forced",
+                f"system '{system.name}' ({system.capabilities.engine}) cannot hold a request to its length",
+                "set forced_length_params: true on the openai system if its server accepts ignore_eos / min_tokens "
+                "(vLLM and SGLang do), or output_lengths: natural",
+            )
+            return
 
 
 def _trace(cfg: CandidateConfig, prov: Provenance) -> Iterator[str]:

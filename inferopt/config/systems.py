@@ -235,6 +235,7 @@ class HFSystem(Frozen):
             vocab_size=None,
             pools=(),
             knobs=knob_fields(type(self)),
+            forces_lengths=True,  # its own loop ignores EOS for a forced request
         )
 
     def with_queue_bound(self, limit: int | None) -> HFSystem:
@@ -294,6 +295,7 @@ class FakeSystem(Frozen):
             vocab_size=self.vocab_size,
             pools=(),
             knobs=knob_fields(type(self), frozenset({"seed", "vocab_size", "eos_token_id"})),
+            forces_lengths=True,  # every output runs to its target anyway
         )
 
     def with_queue_bound(self, limit: int | None) -> FakeSystem:
@@ -385,6 +387,7 @@ class VLLMSystem(Frozen):
             vocab_size=None,
             pools=(),
             knobs=knob_fields(type(self), frozenset({"python", "tracing", "startup_timeout_s", "max_connections"})),
+            forces_lengths=True,  # ignore_eos + min_tokens per request
         )
 
     def _speculation(self) -> Speculation | None:
@@ -422,6 +425,11 @@ class OpenAISystem(Frozen):
         default=True,
         description="send each request's non-zero priority; vLLM refuses one "
         "(HTTP 400) unless started with --scheduling-policy priority",
+    )
+    forced_length_params: bool = Field(
+        default=False,
+        description="the server accepts vLLM's ignore_eos / min_tokens (vLLM, SGLang do): with "
+        "workload.output_lengths: forced they are sent with each request",
     )
 
     @field_validator("base_url")
@@ -465,8 +473,19 @@ class OpenAISystem(Frozen):
             pools=(),
             knobs=knob_fields(
                 type(self),
-                frozenset({"base_url", "served_model", "vocab_size", "metrics_url", "headers", "max_connections"}),
+                frozenset(
+                    {
+                        "base_url",
+                        "served_model",
+                        "vocab_size",
+                        "metrics_url",
+                        "headers",
+                        "max_connections",
+                        "forced_length_params",
+                    }
+                ),
             ),
+            forces_lengths=self.forced_length_params,
         )
 
     def with_queue_bound(self, limit: int | None) -> None:

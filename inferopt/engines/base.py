@@ -32,6 +32,7 @@ class GenRequest:
     priority: int = 0
     prefix_group: int = -1
     prefix_len: int = 0
+    force_length: bool = False  # run to max_new_tokens, past EOS (workload.output_lengths: forced)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,10 @@ Each request is one streamed POST to `/v1/completions` (or `/v1/chat/completions
 which vLLM uses as its request id. `OpenAIEngine` says what the body holds, how tokens are counted and how a
 stream's outcome is read.
 
-Deliberately not here: launching a server (`inferopt.engines.vllm.engine`), output-length forcing
-(`ignore_eos`/`min_tokens` are refused: fixed output lengths are a benchmark cheat, V4) and the server-side
-phase join (server spans and `/metrics` are the vLLM engine's business).
+Output lengths: a request with `force_length` (workload.output_lengths: forced) carries vLLM's `ignore_eos`
+and `min_tokens` = its max_tokens; nothing else may set them (`extra_body` refuses them: forcing is declared by
+the workload, per request, where the lint sees it). Deliberately not here: launching a server
+(`inferopt.engines.vllm.engine`) and the server-side phase join (spans and `/metrics`: the vLLM engine's).
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ class OpenAIEngine(EngineBase):
         bad = FORBIDDEN_BODY_KEYS & set(extra_body or {})
         if bad:
             raise ValueError(
-                f"extra_body sets {sorted(bad)}: forcing output lengths is a benchmark cheat (SPEC V4); "
-                "fix: remove them and let the model stop where it stops"
+                f"extra_body sets {sorted(bad)}: an undeclared forced output length (SPEC V4); "
+                "fix: remove them and declare workload.output_lengths: forced (sent per request)"
             )
         self.system = system
         self.extra_body = dict(extra_body or {})
@@ -204,6 +205,9 @@ class OpenAIEngine(EngineBase):
             body["prompt"] = req.prompt_token_ids
         if req.priority and self.system.send_priority:
             body["priority"] = req.priority
+        if req.force_length:
+            body["ignore_eos"] = True
+            body["min_tokens"] = req.max_new_tokens
         body.update(self.extra_body)
         return _dumps(body)
 

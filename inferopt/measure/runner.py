@@ -48,8 +48,11 @@ class LoadResult:
         return self.end_s - self.start_s
 
 
-def materialize(table: pd.DataFrame, vocab_size: int, prompt_seed: int = 0) -> list[GenRequest]:
-    """GenRequests for every row (done before the clock starts: prompt building is not the engine's cost)."""
+def materialize(
+    table: pd.DataFrame, vocab_size: int, prompt_seed: int = 0, force_lengths: bool = False
+) -> list[GenRequest]:
+    """GenRequests for every row (done before the clock starts: prompt building is not the engine's cost);
+    `force_lengths`: each asks to run to its `output_len` past EOS (`workload.output_lengths: forced`)."""
     return [
         GenRequest(
             request_id=str(row["request_id"]),
@@ -59,6 +62,7 @@ def materialize(table: pd.DataFrame, vocab_size: int, prompt_seed: int = 0) -> l
             priority=int(row["priority"]),
             prefix_group=int(row["prefix_group"]),
             prefix_len=int(row["prefix_len"]),
+            force_length=force_lengths,
         )
         for row in table.to_dict("records")
     ]
@@ -143,11 +147,13 @@ async def run_open_loop(
     prompt_seed: int = 0,
     warmup_requests: int = 0,
     lead_s: float = 0.05,
+    force_lengths: bool = False,
 ) -> LoadResult:
     """Replay `table` (a workload) open-loop against a started engine.
 
     Warm-up: the first `warmup_requests` prompts are sent one at a time before the clock starts; their
-    records are kept (flag `warmup=True`) and excluded from metrics.
+    records are kept (flag `warmup=True`) and excluded from metrics. `force_lengths`: every request asks to
+    run to its target length (`materialize`).
 
     Send-time precision: sends are started by a timer callback (`inferopt.transport.timer`: a timerfd,
     ~0.1 ms and no spinning, where the OS has one; else the loop's timer, ~1 ms) that starts every request
@@ -158,7 +164,7 @@ async def run_open_loop(
     built here). Objects alive before the clock starts are frozen out of the garbage collector's scans so
     collections during the run stay short.
     """
-    requests = materialize(table, vocab_size, prompt_seed)
+    requests = materialize(table, vocab_size, prompt_seed, force_lengths)
     engine.prepare(requests)
     offsets = table["arrival_offset_s"].to_numpy(dtype=float)
     result = LoadResult(records=[], engine_info=engine.info())

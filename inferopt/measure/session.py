@@ -32,6 +32,7 @@ from inferopt.measure.resources import ResourceSampler, load_window
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
 from inferopt.model.loading import resolve_model_dir
 from inferopt.records import RecordSink, RequestRecord, clock_offset_s
+from inferopt.workload.output_lengths import run_mode
 
 
 @dataclass
@@ -129,6 +130,7 @@ async def _run(
         raise _StartFailed() from exc
     try:
         offset_before = clock_offset_s()
+        mode = run_mode(table, system.capabilities)
         result = await run_open_loop(
             engine,
             table,
@@ -138,8 +140,10 @@ async def _run(
             sink=sink,
             prompt_seed=prompt_seed,
             warmup_requests=warmup,
+            force_lengths=mode == "forced",
         )
-        result.engine_info = {**result.engine_info, **engine.info(), "_clock_offset_s": offset_before}
+        info = {**result.engine_info, **engine.info(), "output_lengths": mode}
+        result.engine_info = {**info, "_clock_offset_s": offset_before}
         join = await _join(engine, result)
         result.engine_info.pop("_clock_offset_s", None)
         return result, join

@@ -34,6 +34,7 @@ from inferopt.measure.slo import RequestSLO
 from inferopt.validate.judge import check_slo
 from inferopt.validate.scenarios import scenario_workload
 from inferopt.workload.build import build_workload, workload_hash
+from inferopt.workload.output_lengths import mark
 
 ProbePhase = Literal["start", "double", "halve", "bisect", "repeat"]
 CapacityStatus = Literal["bracketed", "budget_spent", "unbracketed", "unmet", "failed"]
@@ -225,8 +226,11 @@ def probe_workload(
 
 def probe_table(wl: WorkloadConfig, rate_per_s: float) -> pd.DataFrame:
     """The probe's requests, its arrival times stretched so that their realised rate ((n - 1) / span) is the
-    offered rate: a 40-request Poisson draw's own rate is off by ~15 %, which would shift the whole curve."""
+    offered rate: a 40-request Poisson draw's own rate is off by ~15 %, which would shift the whole curve.
+    Output lengths are forced unless the workload declares them (capacity is measured at the target lengths)."""
     table = build_workload(wl)
+    if wl.output_lengths is None:
+        mark(table, "forced")  # capacity work replays the target lengths unless the workload says otherwise
     offsets = table["arrival_offset_s"].to_numpy(float)
     first_s = float(offsets.min()) if len(offsets) else 0.0
     span_s = float(offsets.max()) - first_s if len(offsets) >= 2 else 0.0

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from inferopt.choose.output_lengths import arm_workload
 from inferopt.config import CandidateConfig
 from inferopt.measure.session import MeasuredRun
 from inferopt.validate.judge import ScenarioResult
@@ -52,7 +53,7 @@ def validate_candidate(
     system = candidate.candidate_system if arm == "candidate" else candidate.baseline
     return validate(
         system,
-        candidate.workload,
+        arm_workload(candidate),  # natural lengths when the changes can change outputs (unless declared)
         candidate.validation.scenarios,
         candidate.slo,
         out_dir,

@@ -21,6 +21,7 @@ from inferopt.config import WorkloadConfig
 from inferopt.workload.arrivals import arrival_offsets_s
 from inferopt.workload.columns import WORKLOAD_COLUMNS
 from inferopt.workload.lengths import sample_lengths
+from inferopt.workload.output_lengths import declared_default, mark
 from inferopt.workload.trace import load_trace
 
 
@@ -32,11 +33,12 @@ def build_workload(
     cfg: WorkloadConfig, num_requests: int | None = None, count_tokens: Callable[[str], int] | None = None
 ) -> pd.DataFrame:
     """The request table for `cfg` (optionally with a different request count, same seeds). A trace
-    workload is read from its file (`count_tokens` turns a row's prompt text into its length)."""
+    workload is read from its file (`count_tokens` turns a row's prompt text into its length). The table's
+    `attrs["output_lengths"]` is the workload's mode (`output_lengths.declared_default`)."""
     if cfg.trace is not None:
         table = load_trace(cfg.trace, cfg, num_requests, count_tokens)
         table.attrs["content_hash"] = workload_hash(table)
-        return table
+        return mark(table, declared_default(cfg))
     n = num_requests or cfg.num_requests
     rng_arrival, rng_len, rng_prefix, rng_tenant = _child_rngs(cfg.seed, 4)
     offsets = arrival_offsets_s(cfg.arrival, n, rng_arrival)
@@ -62,7 +64,7 @@ def build_workload(
         columns=list(WORKLOAD_COLUMNS),
     )
     table.attrs["content_hash"] = workload_hash(table)
-    return table
+    return mark(table, declared_default(cfg))
 
 
 def workload_hash(table: pd.DataFrame) -> str:

@@ -1,13 +1,13 @@
 """Trace replay (V1): a recorded request log (JSONL or CSV) -> the same workload table `build.py` makes.
 
-One request per row (JSONL: one JSON object per line; CSV: a header line, then rows; empty cells are missing
-values): `timestamp` (seconds), `input_len` or `prompt` (text, used only for its length), `output_len`, and
-optional `tenant`, `priority`, `prefix_group`, `prefix_len`; `load_trace` says what each column means. Every
-row is read and checked by `inferopt.config.trace_rows` (the reader the pre-run check uses too); the first bad
-one raises `TraceError` (a `ConfigError`) naming the file, the row (line number) and the field, with the fix.
+One request per row, in our native columns or a public format (Azure LLM inference, BurstGPT, Mooncake,
+multi-turn sessions: `inferopt.config.trace_formats`), with `trace.columns` mapping a file's own names to our
+fields; `load_trace` says what each field means. Every row is read and checked by
+`inferopt.config.trace_rows` (the reader the pre-run check uses too); the first bad one raises `TraceError`
+(a `ConfigError`) naming the file, the row (line number) and the field, with the fix.
 
-Deliberately not here: synthesising arrivals or lengths (`arrivals.py`, `lengths.py`) and reading the traces of
-a particular gateway's log format (convert them to these columns first).
+Deliberately not here: synthesising arrivals or lengths (`arrivals.py`, `lengths.py`), session semantics
+(`session_id`/`turn` are carried as extra columns, not acted on), and a gateway log without a header.
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ def load_trace(
     - `output_len` (required, tokens): the generation budget (`max_tokens`); the model may stop earlier.
     - optional `tenant` (default `default`), `priority` (int, default 0, lower runs first), `prefix_group`
       (int, -1 = none) and `prefix_len` (tokens shared in the group; default the workload's
-      `prefix.prefix_len`, clipped to leave one unique token). Other columns are ignored.
+      `prefix.prefix_len`, clipped to leave one unique token). Mooncake `hash_ids` set prefix_group and
+      prefix_len (the longest leading block run another row shares). `session_id` and `turn`, when the trace
+      has them, become the extra columns of those names (not in `WORKLOAD_COLUMNS`, not hashed). Other
+      columns are ignored.
 
     Rows: the first `trace.limit` of the file (file order), then at most `num_requests` of them when given
     explicitly (this argument, or `num_requests` set in the config). Request ids are `<workload name>-<index>`
@@ -57,6 +60,8 @@ def load_trace(
             "prefix_len": r.prefix_len,
             "tenant": r.tenant,
             "priority": r.priority,
+            "session_id": r.session_id,
+            "turn": r.turn,
         }
         for r in read_trace_rows(cfg, workload.prefix.prefix_len, count_tokens)
     ]
@@ -85,5 +90,13 @@ def load_trace(
         },
         columns=list(WORKLOAD_COLUMNS),
     )
+    _carry_sessions(table, frame)
     table.attrs["source"] = str(path)
     return table
+
+
+def _carry_sessions(table: pd.DataFrame, frame: pd.DataFrame) -> None:
+    """`session_id` and `turn` as extra columns, when the trace has them (in place)."""
+    if frame["session_id"].notna().any():
+        table["session_id"] = frame["session_id"].to_numpy()
+        table["turn"] = frame["turn"].astype("Int64").to_numpy()

@@ -843,6 +843,72 @@ def _trace_cases() -> None:
     )
 
 
+_AZURE_OK = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+    f"2023-11-16 18:15:{46 + i}.6805900,{30 + i},{4 + i % 3}\n" for i in range(6)
+)
+_BURST_OK = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n" + "".join(
+    f"{5 + i},ChatGPT,{40 + i},{6 + i},{46 + 2 * i},Conversation log\n" for i in range(6)
+)
+_MOON_OK = [
+    {"timestamp": 100 * i, "input_length": 600 + i, "output_length": 4, "hash_ids": [0, 10 + i]} for i in range(6)
+]
+_SESS_OK = "timestamp,session_id,turn,input_len,output_len\n" + "".join(
+    f"{i * 0.5},s{i // 3},{i % 3},{20 + 10 * (i % 3)},4\n" for i in range(6)
+)
+
+
+def _format_cases() -> None:
+    """One broken row or mapping per public trace format (azure, burstgpt, mooncake, sessions, own columns)."""
+    b = {"base": "trace"}
+
+    def fmt(id: str, name: str, content: str, field: str, *edits: Edit) -> None:
+        case(id, "trace", S(W, "trace.path", name), T(name, content), *edits, **b, file=name, field=field)
+
+    az, bu, mo, se = "azure.csv", "burstgpt.csv", "mooncake.jsonl", "sessions.csv"
+    fmt("tf-azure-timestamp", az, _AZURE_OK + "yesterday noon,30,4\n", "TIMESTAMP")
+    fmt("tf-azure-negative", az, _AZURE_OK + "2023-11-16 18:16:00,-30,4\n", "ContextTokens")
+    fmt("tf-azure-as-seconds", az, _AZURE_OK, "timestamp_unit", S(W, "trace.timestamp_unit", "s"))
+    fmt("tf-burstgpt-negative", bu, _BURST_OK + "20,GPT-4,12,-5,7,API log\n", "Response tokens")
+    fmt("tf-burstgpt-failed", bu, _BURST_OK + "20,GPT-4,12,0,12,API log\n", "Response tokens")
+    fmt("tf-burstgpt-timestamp", bu, _BURST_OK + "noon,GPT-4,12,5,17,API log\n", "Timestamp")
+    moon = _jsonl(_MOON_OK)
+    for id, hashes in (
+        ("tf-mooncake-hash-text", "blocks"),
+        ("tf-mooncake-hash-neg", [0, -1]),
+        ("tf-mooncake-hash-many", list(range(9))),
+    ):
+        row = {"timestamp": 900, "input_length": 40, "output_length": 4, "hash_ids": hashes}
+        fmt(id, mo, moon + _jsonl([row]), "hash_ids")
+    fmt("tf-mooncake-negative", mo, moon + _jsonl([{**_MOON_OK[0], "output_length": -2}]), "output_length")
+    fmt("tf-mooncake-timestamp", mo, moon + _jsonl([{**_MOON_OK[0], "timestamp": "later"}]), "timestamp")
+    fmt("tf-sessions-no-turn", se, _SESS_OK + "9,s9,,20,4\n", "turn")
+    fmt("tf-sessions-dup-turn", se, _SESS_OK + "9,s0,1,20,4\n", "turn")
+    cols = {"timestamp": "at_ms", "input_len": "n_in", "output_len": "n_out"}
+    own = "at_ms,n_in,n_out\n" + "".join(f"{100 * i},{10 + i},3\n" for i in range(6))
+    mapped = (S(W, "trace.columns", cols), S(W, "trace.timestamp_unit", "ms"))
+    fmt("tf-own-ok-but-unmapped", "own.csv", own, "timestamp")
+    fmt("tf-own-missing-mapped", "own.csv", own + "700,,3\n", "n_in", *mapped)
+    fmt(
+        "tf-own-map-not-in-header",
+        "own.csv",
+        own,
+        "columns.output_len",
+        S(W, "trace.columns", {**cols, "output_len": "gen"}),
+        mapped[1],
+    )
+    own_file = (S(W, "trace.path", "own.csv"), T("own.csv", own))
+    unknown = S(W, "trace.columns", {"timestamps": "at_ms"})
+    case("tf-own-map-unknown-field", "trace", *own_file, unknown, **b, file=W, field="timestamps")
+    case("tf-format-unknown-name", "trace", *own_file, S(W, "trace.format", "splitwise"), **b, file=W, field="format")
+    fmt(
+        "tf-jsonl-map-no-row",
+        "m.jsonl",
+        _jsonl(_TRACE_ROWS),
+        "columns.tenant",
+        S(W, "trace.columns", {"tenant": "user"}),
+    )
+
+
 def _slo_cases() -> None:
     case("slo-ttft-missing", "slo", D(Y, "ttft_p99_ms"), file=Y, field="ttft_p99_ms")
     for value, tag in ((-1, "negative"), (0, "zero"), (INF, "inf"), ("fast", "text"), (1e-300, "denormal")):
@@ -919,6 +985,7 @@ for _add in (
     _system_cases,
     _workload_cases,
     _trace_cases,
+    _format_cases,
     _slo_cases,
     _hardware_cases,
     _set_cases,

@@ -5,6 +5,7 @@ mid-stream, timeouts — every request sent ends as exactly one record."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ from fake_openai_server import FakeOpenAIServer
 
 from inferopt.config import ConstantArrivals, LengthConfig, OpenAISystem, WorkloadConfig
 from inferopt.engines import make_engine
+from inferopt.engines.base import GenRequest
 from inferopt.engines.openai import OpenAIEngine
 from inferopt.measure.runner import RunTags, run_open_loop
 from inferopt.records import RecordSink, read_records, records_to_frame
@@ -139,8 +141,23 @@ def test_no_metrics_endpoint_gives_empty_metrics() -> None:
     assert res.server_metrics_before == {} and res.records[0].outcome == "ok"
 
 
-def test_refuses_output_length_forcing_and_unreachable_servers() -> None:
-    with pytest.raises(ValueError, match="cheat"):
+def test_forced_request_carries_ignore_eos_and_min_tokens_and_a_natural_one_does_not() -> None:
+    engine = OpenAIEngine(OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=10))
+    req = GenRequest("r1", [3, 4, 5], 7, force_length=True)
+    body = json.loads(engine._body(req))
+    assert body["ignore_eos"] is True and body["min_tokens"] == 7 == body["max_tokens"]
+    natural = json.loads(engine._body(GenRequest("r2", [3, 4, 5], 7)))
+    assert "ignore_eos" not in natural and "min_tokens" not in natural
+
+
+def test_endpoint_declares_whether_it_can_force_lengths() -> None:
+    plain = OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=10)
+    assert not plain.capabilities.forces_lengths
+    assert plain.model_copy(update={"forced_length_params": True}).capabilities.forces_lengths
+
+
+def test_refuses_undeclared_output_length_forcing_and_unreachable_servers() -> None:
+    with pytest.raises(ValueError, match="undeclared forced output length.*workload.output_lengths: forced"):
         OpenAIEngine(
             OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=10),
             extra_body={"ignore_eos": True},

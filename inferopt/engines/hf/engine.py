@@ -393,7 +393,8 @@ class HFEngine(EngineBase):
                 slot.emitted += 1
                 emitted += 1
                 items.append((slot.queue, TokenEvent((tok,), t)))
-                reason = "eos" if tok == eos else ("length" if slot.emitted >= slot.request.max_new_tokens else None)
+                stop = None if slot.request.force_length else eos  # forced: past EOS, to the target length
+                reason = "eos" if tok == stop else ("length" if slot.emitted >= slot.request.max_new_tokens else None)
                 if reason is not None:
                     self._finish(slot, reason, t)
                     items.append((slot.queue, FinishEvent(slot.timings)))

@@ -285,7 +285,7 @@ def serve_speculative(engine: Any, slot: Any) -> None:
         engine.model, engine.draft, req.prompt_token_ids, engine.system.speculative.num_draft_tokens, engine._device
     )
     tm.spec_drafted, tm.spec_accepted = dec.stats.drafted, dec.stats.accepted  # filled in place, round by round
-    eos = engine._eos if engine.system.stop_at_eos else None
+    eos = engine._eos if engine.system.stop_at_eos and not req.force_length else None
     counted = False
     try:
         for i, toks in enumerate(released_tokens(dec, req.max_new_tokens, eos)):

@@ -22,7 +22,8 @@ from inferopt.config import ConfigError, LintSettings
 
 # The cheat ids used in findings, tags and `lint.allow`, with the signs each check looks for.
 CHEATS: dict[str, str] = {
-    # engine ignores EOS / forces a minimum length (hf `stop_at_eos: false`, vLLM `ignore_eos` / `min_tokens`),
+    # engine ignores EOS / forces a minimum length undeclared (hf `stop_at_eos: false`, vLLM flags), forced
+    # lengths short of production or a natural run collapsing (`workload.output_lengths`),
     # the workload asks for one output length, or every ok request came back the same length
     "fixed_outputs": "outputs forced short or fixed",
     # prefix cache not reset after the warm-ups (`info()["prefix_cache_reset"]`), warm-up records measured, or

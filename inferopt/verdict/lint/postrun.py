@@ -1,8 +1,9 @@
-"""Post-run cheat checks (SPEC V4) over a flow run's artifacts: engine-forced or identical output lengths
-(`check_outputs`), warm caches at the start of the measured window (`check_warm_cache`), runs that never
-queued (`check_queueing`), failures missing from a denominator (`check_denominators`, `check_cost`), and
-planned ablation arms not reported (`check_arms`). Each reads `RunEvidence` (or the ablation result / cost
-table) and returns `Finding`s; a `refuse` here makes the verdict at best inconclusive.
+"""Post-run cheat checks (SPEC V4) over a flow run's artifacts: engine-forced or identical output lengths and
+natural lengths that collapsed (`check_outputs`), warm caches at the start of the measured window
+(`check_warm_cache`), runs that never queued (`check_queueing`), failures missing from a denominator
+(`check_denominators`, `check_cost`), and planned ablation arms not reported (`check_arms`). Each reads
+`RunEvidence` (or the ablation result / cost table) and returns `Finding`s; a `refuse` here makes the verdict
+at best inconclusive.
 
 Deliberately not here: the cheat catalogue, `Finding` and `lint.allow` (`cheats.py`), config-level checks
 (`prerun.py`), turning the steps' results into `RunEvidence` (`collect.py`), running anything, tracking.
@@ -20,6 +21,7 @@ from inferopt.verdict.lint.cheats import FORCED_LENGTH_KEYS, Finding
 
 OUTCOMES: tuple[str, ...] = ("ok", "timeout", "rejected", "error")
 MIN_OK_FOR_LENGTHS = 4  # identical measured lengths mean something only over this many ok requests
+COLLAPSE_FRACTION = 0.25  # natural outputs whose median is below this share of the target median "collapsed"
 RATE_TOL = 1e-9
 
 
@@ -53,6 +55,37 @@ def _find_keys(data: Any, keys: tuple[str, ...], path: str = "") -> dict[str, An
         for i, v in enumerate(data):
             out.update(_find_keys(v, keys, f"{path}{i}."))
     return out
+
+
+def _collapsed(runs: Sequence[RunEvidence]) -> list[Finding]:
+    """Natural runs (`engine_info["output_lengths"]`, natural when unsaid) whose ok outputs' median is below
+    COLLAPSE_FRACTION of the target median: the model stops long before the load's lengths, so decode cost is
+    a fraction of what the workload describes (an EOS at once on synthetic prompts, a verbosity collapse)."""
+    hits: dict[str, dict[str, float]] = {}
+    for r in _usable(runs):
+        ph = r.run.phases
+        if r.run.engine_info.get("output_lengths", "natural") != "natural" or not len(ph):
+            continue
+        ok = ph[ph["outcome"] == "ok"]
+        if len(ok) < MIN_OK_FOR_LENGTHS:
+            continue
+        got, want = float(ok["output_len"].median()), float(ph["target_output_len"].median())
+        if want > 0 and got < COLLAPSE_FRACTION * want:
+            hits[r.label] = {"median_output_len": got, "median_target": want}
+    if not hits:
+        return []
+    shown = ", ".join(f"{k} {v['median_output_len']:g} of {v['median_target']:g}" for k, v in hits.items())
+    return [
+        Finding(
+            "fixed_outputs",
+            "flag",
+            f"natural output lengths collapsed: median output vs target tokens {shown} (below "
+            f"{COLLAPSE_FRACTION:g} of the target): the model stops long before the workload's lengths, so decode "
+            "cost and any verbosity effect are measured on outputs production does not see; fix: for capacity or "
+            "replay, workload.output_lengths: forced; otherwise check the prompts and the model's EOS",
+            {"check": "natural_collapsed", "runs": hits},
+        )
+    ]
 
 
 def check_outputs(runs: Sequence[RunEvidence]) -> list[Finding]:
@@ -93,8 +126,9 @@ def check_outputs(runs: Sequence[RunEvidence]) -> list[Finding]:
                 "fixed_outputs",
                 "refuse",
                 f"the engine forced output lengths in {', '.join(forced)} (engine info {first}): outputs are imposed, "
-                "not served; fix: drop ignore_eos / min_tokens from the requests and the engine's defaults, or "
-                "lint.allow: [fixed_outputs] with a lint.reason for a deliberate length-controlled benchmark",
+                "not served; fix: drop ignore_eos / min_tokens from the engine's defaults and declare "
+                "workload.output_lengths: forced (per request, every arm), or lint.allow: [fixed_outputs] with a "
+                "lint.reason for a deliberate length-controlled benchmark",
                 {"check": "eos_ignored_at_run", "runs": forced},
             )
         )
@@ -113,7 +147,7 @@ def check_outputs(runs: Sequence[RunEvidence]) -> list[Finding]:
                 {"check": "identical_measured_lengths", "runs": identical},
             )
         )
-    return findings
+    return findings + _collapsed(runs)
 
 
 def has_prefix_cache(info: Mapping[str, Any]) -> bool | None:

@@ -1,5 +1,7 @@
-"""Config-level cheat checks (SPEC V4), run before any model loads: forced EOS / output lengths on an arm's
-system, one fixed output length in the workload, single-request runs, no burst scenario. `refuse_cheats` is
+"""Config-level cheat checks (SPEC V4), run before any model loads: undeclared forced EOS / output lengths on an
+arm's system, one fixed output length in the workload, forced lengths shorter than the production distribution
+or forced on arms that can change outputs (`workload.output_lengths`), single-request runs, no burst scenario.
+`refuse_cheats` is
 the pre-run gate (raises `CheatRefused`); `check_config` returns the findings (the verdict re-runs it, so an
 allowed cheat is recorded there too). `workload_tables` builds the request tables the run will send.
 
@@ -13,12 +15,15 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
+from inferopt.choose.output_lengths import arm_workload, can_change_outputs
 from inferopt.config import AnySystem, CandidateConfig
 from inferopt.validate import scenarios
 from inferopt.verdict.lint.cheats import FORCED_LENGTH_KEYS, CheatRefused, Finding, apply_allow
 from inferopt.workload.build import build_workload
+from inferopt.workload.output_lengths import ATTR, production_output_median
 
 SHORT_OUTPUT_TOKENS = 16  # a fixed length at or below this is called "short" in the message
+FORCED_SHORT_FRACTION = 0.75  # forced lengths whose median is below this share of production's are "short"
 
 
 def _forced_length_in_args(args: Iterable[str]) -> list[str]:
@@ -27,7 +32,8 @@ def _forced_length_in_args(args: Iterable[str]) -> list[str]:
 
 def _eos_findings(system: AnySystem, where: str) -> list[Finding]:
     fix = (
-        "fix: let the engine stop at EOS (the workload's output lengths stay the per-request caps), or, for a "
+        "fix: let the engine stop at EOS and, to replay the target lengths, declare workload.output_lengths: "
+        "forced (per request, the same for every arm, linted against the production lengths); or, for a "
         "deliberate length-controlled microbenchmark, lint.allow: [fixed_outputs] with a lint.reason"
     )
     caps = system.capabilities
@@ -79,15 +85,51 @@ def workload_tables(candidate: CandidateConfig) -> dict[str, pd.DataFrame]:
             return scenarios.scenario_requests(wl, sc)
         return build_workload(scenarios.scenario_workload(wl, sc))
 
-    wl = candidate.workload
+    wl, arms = candidate.workload, arm_workload(candidate)  # the arms' lengths mode may differ (natural)
     tables = {"measure": build_workload(wl)}
-    if candidate.ablation.num_requests and candidate.ablation.num_requests != wl.num_requests:
-        tables["ablation"] = build_workload(wl, candidate.ablation.num_requests)
+    if arms is not wl or (candidate.ablation.num_requests and candidate.ablation.num_requests != wl.num_requests):
+        tables["ablation"] = build_workload(arms, candidate.ablation.num_requests)
     else:
         tables["ablation"] = tables["measure"]
     for sc in candidate.validation.scenarios:
-        tables[f"validate:{sc.name}"] = scenario_table(wl, sc)
+        tables[f"validate:{sc.name}"] = scenario_table(arms, sc)
     return tables
+
+
+def _forced_findings(candidate: CandidateConfig, tables: Mapping[str, pd.DataFrame]) -> list[Finding]:
+    """Forced lengths shorter than the production distribution's (median below FORCED_SHORT_FRACTION of it),
+    and a declared `forced` on arms whose changes can change outputs (it hides a change in verbosity)."""
+    findings: list[Finding] = []
+    forced = {k: t for k, t in tables.items() if t.attrs.get(ATTR) == "forced" and len(t)}
+    if forced and candidate.baseline.capabilities.forces_lengths:
+        production = production_output_median(candidate.workload)
+        short = {k: float(t["output_len"].median()) for k, t in forced.items()}
+        short = {k: v for k, v in short.items() if v < FORCED_SHORT_FRACTION * production}
+        if short:
+            shown = ", ".join(f"{k} {v:g}" for k, v in short.items())
+            findings.append(
+                Finding(
+                    "fixed_outputs",
+                    "flag",
+                    f"forced output lengths are shorter than production's: median target {shown} tokens against "
+                    f"the production median {production:g} ({_lengths_text(candidate)}); forcing short outputs "
+                    "understates decode cost; fix: replay the production lengths (raise lengths.output_max, drop "
+                    "trace.limit or a short scenario's override), or output_lengths: natural",
+                    {"check": "forced_short", "median_target": short, "production_median": production},
+                )
+            )
+    if candidate.workload.output_lengths == "forced" and can_change_outputs(candidate.changes):
+        findings.append(
+            Finding(
+                "fixed_outputs",
+                "flag",
+                f"output_lengths: forced on a candidate whose changes ({', '.join(candidate.changes)}) can change "
+                "outputs: a change in how long answers run is part of its effect, and forcing hides it; fix: "
+                "output_lengths: natural (the default for such arms), or keep forced for a capacity-only question",
+                {"check": "forced_on_output_change", "changes": sorted(candidate.changes)},
+            )
+        )
+    return findings
 
 
 def _lengths_text(candidate: CandidateConfig) -> str:
@@ -101,9 +143,9 @@ def _lengths_text(candidate: CandidateConfig) -> str:
 
 
 def check_config(candidate: CandidateConfig, tables: Mapping[str, pd.DataFrame] | None = None) -> list[Finding]:
-    """Config-level cheats, found before any model loads (SPEC V4): forced EOS/lengths on any arm's system,
-    one fixed output length in the workload, single-request runs, no burst scenario. `tables` defaults to
-    `workload_tables(candidate)`."""
+    """Config-level cheats, found before any model loads (SPEC V4): undeclared forced EOS/lengths on any arm's
+    system, one fixed output length in the workload, forced lengths short of production's or on arms that can
+    change outputs, single-request runs, no burst scenario. `tables` defaults to `workload_tables(candidate)`."""
     findings: list[Finding] = []
     findings += _eos_findings(candidate.baseline, "baseline")
     cand = candidate.candidate_system
@@ -123,6 +165,7 @@ def check_config(candidate: CandidateConfig, tables: Mapping[str, pd.DataFrame] 
                     {"check": "workload_tables"},
                 )
             ]
+    findings += _forced_findings(candidate, tables)
     fixed = {
         label: int(t["output_len"].iloc[0])
         for label, t in tables.items()
