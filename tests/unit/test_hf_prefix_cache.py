@@ -197,3 +197,20 @@ def test_warmups_are_reset_and_a_kept_warm_cache_is_refused_by_the_lint():
     assert found[True] == (0, [])  # emptied after the warm-ups: the first measured request is cold
     cached, [finding] = found[False]
     assert cached > 0 and finding.evidence["check"] == "prefix_cache_not_reset" and finding.severity == "refuse"
+
+
+def test_the_shipped_candidate_makes_cache_state_its_one_variable():
+    from pathlib import Path
+
+    from inferopt.ablate.plan import plan_arms
+    from inferopt.choose.remedies import CATALOGUE
+    from inferopt.config import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs/candidates/hf-prefix-cache.yaml")
+    arms = {a.name: a.system for a in plan_arms(cfg)}
+    assert arms["baseline"].capabilities.prefix_cache is False
+    assert arms["candidate"].capabilities.prefix_cache is True
+    assert arms["candidate"] == arms["baseline"].model_copy(
+        update={"enable_prefix_caching": True, "name": arms["candidate"].name}
+    )
+    assert any("enable_prefix_caching" in r.config_fields for r in CATALOGUE)
