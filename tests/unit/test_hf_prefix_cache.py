@@ -106,12 +106,12 @@ def _system(on: bool, **kw) -> HFSystem:
     )
 
 
-@pytest.fixture(scope="module")
-def loaded():
+@pytest.fixture(scope="module", params=["sdpa", "eager"])
+def loaded(request):
     from inferopt.model.loading import load_system_model
 
     torch.set_num_threads(1)
-    return load_system_model(_system(False))
+    return request.param, load_system_model(_system(False, attn_implementation=request.param))
 
 
 async def _serve(system: HFSystem, waves, loaded):
@@ -153,8 +153,9 @@ def test_engine_reuses_shared_prefixes_with_identical_tokens(loaded):
         # the next turn: a's prompt and answer as history; a fed 73 + 9 tokens, 5 whole blocks
         lambda out: [("e", shared + [5, 6, 7] + out[0][0] + [11] * 5, 9)],
     ]
-    plain, plain_m, _ = asyncio.run(_serve(_system(False), waves, loaded))
-    cached, m, info = asyncio.run(_serve(_system(True), waves, loaded))
+    attn, model = loaded
+    plain, plain_m, _ = asyncio.run(_serve(_system(False, attn_implementation=attn), waves, model))
+    cached, m, info = asyncio.run(_serve(_system(True, attn_implementation=attn), waves, model))
     assert [t for t, _ in cached] == [t for t, _ in plain]  # token for token (greedy)
     hits = [f.cached_tokens for _, f in cached]
     assert hits == [0, 64, 0, 32, 80] and all(f.cached_tokens == 0 for _, f in plain)
@@ -162,6 +163,10 @@ def test_engine_reuses_shared_prefixes_with_identical_tokens(loaded):
     assert m["prefix_cache_queries_total"] == 73 + 72 + 23 + 43 + 88
     assert plain_m["prefill_tokens_total"] - m["prefill_tokens_total"] == sum(hits)  # only suffixes prefilled
     assert info["prefix_cache"] is True and info["prefix_cache_stats"]["blocks"] > 0
+    assert (
+        info["peak_memory_bytes"]
+        == info["weight_bytes"] + info["kv_peak_bytes"] + info["prefix_cache_stats"]["peak_bytes"]
+    )
     assert "prefix_cache_queries_total" not in plain_m
 
 

@@ -1,20 +1,17 @@
 """HFEngine: our in-process serving engine — a queue, static batching, and the greedy loop of `loop.py`.
-
 One worker thread owns the model. `stream()` (on the asyncio loop) applies admission control
 (`admit_on_arrival`) and puts the request in a thread-safe waiting list; the worker asks `static_batch`
 when to start a batch, runs it to completion (B1: until its longest member ends) and hands each step's
-events for the whole batch back with one wake-up of the event loop (`_Mailbox`: eventfd where available,
-else `loop.call_soon_threadsafe`) onto one asyncio.Queue per request. Every request gets raw `now_s()`
-timestamps in a `ServerTimings`; metrics are derived elsewhere.
+events back with one wake-up of the event loop (`_Mailbox`) onto one asyncio.Queue per request, with raw
+`now_s()` timestamps in a `ServerTimings` per request; metrics are derived elsewhere.
 
 Prefix caching (`enable_prefix_caching`, `prefix_cache.py`): each admitted row looks up its longest cached
-block chain; the rows' chains are laid out left-padded in one cache and the batch prefills only the uncached
-suffixes in one forward (padding between a row's cached part and its suffix is masked; positions continue after
-the cached tokens), then decodes as usual. After the batch, every row's fed tokens (prompt and decode inputs) are
-stored as whole blocks. The cache is emptied after the warm-ups (`server_metrics`, as the vLLM engine does).
+block chain; the chains are laid out left-padded in one cache and the batch prefills only the uncached
+suffixes in one forward (the pads between a row's cached part and its suffix are masked, positions continue
+after the cached tokens), then decodes as usual. After the batch every row's fed tokens (prompt, decode
+inputs) are stored as whole blocks. The cache is emptied after the warm-ups (`server_metrics`, as on vLLM).
 
-Deliberately not here: the forward-loop math (`loop.py`), sampling, continuous batching, client-side timing,
-and HTTP.
+Deliberately not here: the forward-loop math (`loop.py`), sampling, continuous batching, client timing, HTTP.
 """
 
 from __future__ import annotations
@@ -273,6 +270,9 @@ class HFEngine(EngineBase):
         extra = {}
         if self.prefix is not None:
             extra["prefix_cache_stats"] = {**vars(self.prefix.stats), "blocks": len(self.prefix)}
+            if not self._cuda and "peak_memory_bytes" in memory:  # CUDA's max allocated already holds the blocks
+                memory["peak_memory_bytes"] += self.prefix.stats.peak_bytes
+                memory["peak_memory_source"] += " + peak prefix-cache block bytes (their sum bounds the joint peak)"
         return {**self._info, **memory, **extra, "cuda_events": self.events.summary()}
 
     async def server_metrics(self) -> dict[str, float]:
