@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 QualityPath = Literal["in-memory", "served", "endpoint"]
-PrefixCacheReset = Literal["engine restart", "POST /reset_prefix_cache"]
+PrefixCacheReset = Literal["engine restart", "POST /reset_prefix_cache", "in-process reset"]
 
 __all__ = ["Capabilities", "KVBudget", "PrefixCacheReset", "QualityPath", "Speculation"]
 

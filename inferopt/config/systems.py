@@ -169,6 +169,40 @@ class HFSystem(Frozen):
         description="attention window in tokens (the model's own sliding-window attention, e.g. Mistral; "
         "the cache then keeps only the window); None = as the model's config says",
     )
+    enable_prefix_caching: bool = Field(
+        default=False,
+        description="reuse the KV of shared prompt prefixes across requests (whole blocks keyed by chained token-id "
+        "hashes, as vLLM's automatic prefix caching; LRU under prefix_cache_max_bytes); greedy outputs unchanged",
+    )
+    prefix_cache_block_tokens: PositiveInt = Field(
+        default=16, le=4096, description="prefix cache: tokens per cached block (only whole blocks are reused)"
+    )
+    prefix_cache_max_bytes: PositiveInt = Field(
+        default=256 * 2**20, description="prefix cache: the most bytes of cached keys/values kept (LRU eviction)"
+    )
+    prefix_cache_reset_after_warmup: bool = Field(
+        default=True,
+        description="prefix cache: empty it after the warm-up requests (as the vLLM engine does); false measures "
+        "on a cache the warm-ups pre-filled, which the warm_cache lint refuses unless allowed",
+    )
+
+    @model_validator(mode="after")
+    def _prefix_cache_needs(self) -> HFSystem:
+        if not self.enable_prefix_caching:
+            return self
+        why = None
+        if self.speculative is not None:
+            why = "speculative decoding crops its cache per round and serves outside the batch loop; fix: drop one"
+        elif self.kv_cache != "dynamic":
+            why = (
+                f"kv_cache {self.kv_cache!r} cannot take cached blocks (a quantized cache re-quantizes them, a static "
+                "one is preallocated per batch); fix: kv_cache: dynamic"
+            )
+        elif self.sliding_window is not None:
+            why = "a sliding-window cache drops old keys, so cached blocks would not match; fix: sliding_window: null"
+        if why is not None:
+            raise ValueError(f"enable_prefix_caching: true is not supported with this system: {why}")
+        return self
 
     @model_validator(mode="after")
     def _sub_options(self) -> HFSystem:
@@ -219,8 +253,8 @@ class HFSystem(Frozen):
             queue_bound_knob="batching.max_queue",
             max_running=self.batching.max_batch_size,
             kv_budget=None,  # a cache per batch, grown as it decodes
-            prefix_cache=False,  # no cross-request prefix cache
-            prefix_cache_reset=None,
+            prefix_cache=self.enable_prefix_caching,  # block KV kept across requests (engines.hf.prefix_cache)
+            prefix_cache_reset="in-process reset" if self.enable_prefix_caching else None,
             launches_processes=False,
             replicable=False,
             quality_eval="in-memory",

@@ -1,14 +1,17 @@
 """HFEngine: our in-process serving engine — a queue, static batching, and the greedy loop of `loop.py`.
-
 One worker thread owns the model. `stream()` (on the asyncio loop) applies admission control
 (`admit_on_arrival`) and puts the request in a thread-safe waiting list; the worker asks `static_batch`
 when to start a batch, runs it to completion (B1: until its longest member ends) and hands each step's
-events for the whole batch back with one wake-up of the event loop (`_Mailbox`: eventfd where available,
-else `loop.call_soon_threadsafe`) onto one asyncio.Queue per request. Every request gets raw `now_s()`
-timestamps in a `ServerTimings`; metrics are derived elsewhere.
+events back with one wake-up of the event loop (`_Mailbox`) onto one asyncio.Queue per request, with raw
+`now_s()` timestamps in a `ServerTimings` per request; metrics are derived elsewhere.
 
-Deliberately not here: the forward-loop math (`loop.py`), sampling, continuous batching, prefix caching,
-client-side timing, and HTTP.
+Prefix caching (`enable_prefix_caching`, `prefix_cache.py`): each admitted row looks up its longest cached
+block chain; the chains are laid out left-padded in one cache and the batch prefills only the uncached
+suffixes in one forward (the pads between a row's cached part and its suffix are masked, positions continue
+after the cached tokens), then decodes as usual. After the batch every row's fed tokens (prompt, decode
+inputs) are stored as whole blocks. The cache is emptied after the warm-ups (`server_metrics`, as on vLLM).
+
+Deliberately not here: the forward-loop math (`loop.py`), sampling, continuous batching, client timing, HTTP.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import Any, Literal
 from inferopt.config import HFSystem
 from inferopt.engines.base import EngineBase, FinishEvent, GenRequest, RequestRejected, TokenEvent
 from inferopt.engines.hf.cuda_events import PhaseEventTimer
-from inferopt.engines.hf.loop import GreedyBatch, greedy_generate, left_pad, pad_token_id_of
+from inferopt.engines.hf.loop import GreedyBatch, batched_past, greedy_generate, left_pad, pad_token_id_of
+from inferopt.engines.hf.prefix_cache import PrefixKVCache
 from inferopt.engines.hf.speculative import SpecCounters, prepare_draft, serve_speculative
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
 from inferopt.model.loading import LoadedModel, load_system_model
@@ -34,6 +38,7 @@ from inferopt.records import ServerTimings, now_s
 __all__ = ["HFEngine", "greedy_generate"]
 
 WARMUP_NOTE = "warm-up in start(): one prefill of 4 tokens + 1 decode step at batch 1, not recorded"
+WARMUP_PREFIX = "warmup-"  # the load runner's warm-up request ids
 
 
 class _Slot:
@@ -155,9 +160,12 @@ class HFEngine(EngineBase):
         self.events = PhaseEventTimer(False, "not available: the engine has not started")  # CUDA-event phase times
         self.batches_run = 0
         self.tokens_generated = 0
+        self.prefill_tokens = 0  # prompt tokens fed to prefill forwards (padding and cached tokens not counted)
         self.draft: Any = None  # speculative decoding (hf_speculative): the draft, and its counters
         self.spec_counters: SpecCounters | None = None
         self.kv = KVMeter()  # KV-cache bytes measured from the cache tensors after every batch
+        self.prefix: PrefixKVCache | None = None  # enable_prefix_caching: block KV kept across batches
+        self._warmup_since_reset = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -226,6 +234,12 @@ class HFEngine(EngineBase):
         if s.speculative is not None:  # draft-then-verify at batch 1 (the config forces batch size 1)
             self.draft, self._info["speculative"] = prepare_draft(self.model, s, loaded.device)
             self.spec_counters = SpecCounters()
+        self._info["prefix_cache"] = s.enable_prefix_caching
+        if s.enable_prefix_caching:
+            self.prefix = _prefix_cache_for(self.model, s)
+            self._info["prefix_cache_block_tokens"] = s.prefix_cache_block_tokens
+            self._info["prefix_cache_max_bytes"] = s.prefix_cache_max_bytes
+            self._info["prefix_cache_reset"] = True  # empty: nothing served since start
 
     async def stop(self) -> None:
         with self._cond:
@@ -253,15 +267,46 @@ class HFEngine(EngineBase):
         finally:
             if got:
                 self._batch_lock.release()
-        return {**self._info, **memory, "cuda_events": self.events.summary()}
+        extra = {}
+        if self.prefix is not None:
+            extra["prefix_cache_stats"] = {**vars(self.prefix.stats), "blocks": len(self.prefix)}
+            if not self._cuda and "peak_memory_bytes" in memory:  # CUDA's max allocated already holds the blocks
+                memory["peak_memory_bytes"] += self.prefix.stats.peak_bytes
+                memory["peak_memory_source"] += " + peak prefix-cache block bytes (their sum bounds the joint peak)"
+        return {**self._info, **memory, **extra, "cuda_events": self.events.summary()}
 
     async def server_metrics(self) -> dict[str, float]:
-        return {
+        """Counters for the run's before/after deltas. With the prefix cache: vLLM's names for its counters
+        (prompt tokens queried / served from cache), and, when warm-ups ran since the last reset, the cache is
+        emptied first — the runner calls this right after its warm-ups, before the measured clock starts (SPEC V4);
+        `prefix_cache_reset_after_warmup: false` leaves it warm (and `info()` says so)."""
+        out = {
             "queue_depth": float(len(self._waiting)),
             "batches_run": float(self.batches_run),
             "tokens_generated": float(self.tokens_generated),
+            "prefill_tokens_total": float(self.prefill_tokens),
             **(self.spec_counters.as_metrics() if self.spec_counters is not None else {}),
         }
+        if self.prefix is not None:
+            if self._warmup_since_reset and self.system.prefix_cache_reset_after_warmup:
+                await self.reset_prefix_cache()
+            out["prefix_cache_queries_total"] = float(self.prefix.stats.queries_tokens)
+            out["prefix_cache_hits_total"] = float(self.prefix.stats.hit_tokens)
+        return out
+
+    async def reset_prefix_cache(self) -> bool:
+        """Empty the prefix cache now (between trials on one engine, after warm-ups); waits for a running batch
+        to store its blocks first. False when there is no prefix cache."""
+        if self.prefix is None:
+            return False
+        await asyncio.to_thread(self._reset_locked)
+        return True
+
+    def _reset_locked(self) -> None:
+        with self._batch_lock:
+            self.prefix.reset()
+            self._warmup_since_reset = False
+            self._info["prefix_cache_reset"] = True
 
     # ------------------------------------------------------------------ consumer side (event loop)
 
@@ -270,6 +315,9 @@ class HFEngine(EngineBase):
         if self._thread is None:
             raise RuntimeError("HFEngine.stream() before start(); fix: await engine.start() first")
         slot = _Slot(request, str(next(self._keys)), arrival_s)
+        if self.prefix is not None and request.request_id.startswith(WARMUP_PREFIX):
+            self._warmup_since_reset = True
+            self._info["prefix_cache_reset"] = False
         with self._cond:
             if not admit_on_arrival(self.knobs, len(self._waiting)):
                 raise RequestRejected(f"queue full ({len(self._waiting)} waiting, max_queue={self.knobs.max_queue})")
@@ -339,30 +387,8 @@ class HFEngine(EngineBase):
     def _run_batch(self, slots: list[_Slot]) -> None:
         if self.draft is not None:
             return serve_speculative(self, slots[0])
-        import torch
-
-        ids, mask = left_pad([s.request.prompt_token_ids for s in slots], self._pad, self._device)
-        max_new = max(s.request.max_new_tokens for s in slots)
-        batch = GreedyBatch(
-            self.model,
-            ids,
-            mask,
-            max_new,
-            pad_token_id=self._pad,
-            kv_cache=self.system.kv_cache,
-            kv_residual_length=self.system.kv_residual_length,
-        )
-        t = now_s()
-        for slot in slots:
-            slot.timings.context_ready_s = t
-            slot.timings.prefill_start_s = t
-        with self.events.phase("prefill"):
-            tokens = batch.prefill()
-        if self._cuda:
-            torch.cuda.synchronize()
-        t = now_s()
-        for slot in slots:
-            slot.timings.prefill_end_s = t
+        batch, tokens, max_new = self._prefill(slots)
+        outs: list[list[int]] | None = None if self.prefix is None else [[] for _ in slots]
         eos = self._eos if self.system.stop_at_eos else None
         live = len(slots)
         for step in range(max(max_new, 1)):
@@ -389,6 +415,8 @@ class HFEngine(EngineBase):
                     live -= 1
                     continue
                 tok = tokens[i]
+                if outs is not None:
+                    outs[i].append(tok)
                 slot.timings.token_s.append(t)
                 slot.emitted += 1
                 emitted += 1
@@ -406,3 +434,75 @@ class HFEngine(EngineBase):
                 break
         self.events.flush()
         self.kv.note(batch.cache, batch.batch_size * batch.context_len)  # after the last token went out
+        if outs is not None:  # after the last token went out: the next batch waits for it, no request does
+            self._store_prefixes(batch, [s.request.prompt_token_ids for s in slots], outs)
+
+    def _prefill(self, slots: list[_Slot]) -> tuple[GreedyBatch, list[int], int]:
+        """Build the batch and run its prefill; with the prefix cache, the lookup and the cached blocks' layout
+        are timed as prefill (they are the cache's cost), and only the uncached suffixes are fed."""
+        import torch
+
+        prompts = [s.request.prompt_token_ids for s in slots]
+        max_new = max(s.request.max_new_tokens for s in slots)
+        past = None
+        if self.prefix is not None:
+            t = now_s()
+            for slot in slots:
+                slot.timings.context_ready_s = t
+                slot.timings.prefill_start_s = t
+            chains = [self.prefix.lookup(p) for p in prompts]
+            past = batched_past(self.model, chains, self._device)
+            cached = [len(c) * self.prefix.block_tokens for c in chains]
+            for slot, n in zip(slots, cached, strict=True):
+                slot.timings.cached_tokens = n
+            prompts = [p[n:] for p, n in zip(prompts, cached, strict=True)]
+        self.prefill_tokens += sum(len(p) for p in prompts)
+        ids, mask = left_pad(prompts, self._pad, self._device)
+        batch = GreedyBatch(
+            self.model,
+            ids,
+            mask,
+            max_new,
+            pad_token_id=self._pad,
+            kv_cache=self.system.kv_cache,
+            kv_residual_length=self.system.kv_residual_length,
+            past=past,
+        )
+        if self.prefix is None:
+            t = now_s()
+            for slot in slots:
+                slot.timings.context_ready_s = t
+                slot.timings.prefill_start_s = t
+        with self.events.phase("prefill"):
+            tokens = batch.prefill()
+        if self._cuda:
+            torch.cuda.synchronize()
+        t = now_s()
+        for slot in slots:
+            slot.timings.prefill_end_s = t
+        return batch, tokens, max_new
+
+    def _store_prefixes(self, batch: GreedyBatch, prompts: list[list[int]], outs: list[list[int]]) -> None:
+        """Every row's fed tokens (its prompt, then its decode inputs: all emitted tokens but the last) as blocks."""
+        import torch
+
+        with torch.no_grad():
+            for row, (prompt, out) in enumerate(zip(prompts, outs, strict=True)):
+                fed_decode = max(len(out) - 1, 0)
+                columns = batch.fed_columns(row, fed_decode)
+                self.prefix.store(
+                    list(prompt) + out[:fed_decode], lambda a, b, r=row, c=columns: batch.row_kv(r, c[a:b])
+                )
+
+
+def _prefix_cache_for(model: Any, system: HFSystem) -> PrefixKVCache:
+    """A prefix cache for `model`, refused when its own config makes sliding-window (or other non-plain) layers."""
+    from transformers import DynamicCache
+
+    odd = [type(layer).__name__ for layer in DynamicCache(config=model.config).layers if layer.is_sliding]
+    if odd:
+        raise RuntimeError(
+            f"enable_prefix_caching: the model's config makes sliding-window cache layers ({odd[0]}), whose old keys "
+            "are dropped, so cached blocks would not match; fix: enable_prefix_caching: false for this model"
+        )
+    return PrefixKVCache(system.prefix_cache_block_tokens, system.prefix_cache_max_bytes)

@@ -5,7 +5,9 @@ serving engine (`inferopt.engines.hf.engine.HFEngine`) run exactly the same forw
 them). Every step ends with `.tolist()` (a host copy, which also synchronizes a CUDA stream): a streaming server
 must look at each token, so the bare loop pays that too. The KV cache is one of `make_cache`'s kinds (dynamic,
 static, quantized); `GreedyBatch.cache` and `context_len` let the engine measure the bytes it holds
-(`inferopt.model.memory.cache_bytes`).
+(`inferopt.model.memory.cache_bytes`). With the prefix cache, `batched_past` lays each row's cached blocks out
+left-padded in a dynamic cache and `GreedyBatch(past=...)` prefills only the suffixes on it; `row_kv` reads a
+row's fed tokens back out block by block.
 
 Deliberately not here: queues, threads, timestamps (the engine adds them), sampling, continuous batching.
 """
@@ -91,33 +93,44 @@ class GreedyBatch:
         pad_token_id: int | None = None,
         kv_cache: str = "dynamic",
         kv_residual_length: int = 128,
+        past: tuple[Any, torch.Tensor] | None = None,
     ) -> None:
+        """`past`: (a dynamic cache already holding KV for some columns, their (B, P) mask) from `batched_past`;
+        `input_ids` then holds each row's uncached suffix, and positions continue after the row's cached ones."""
         self.model = model
         self.input_ids = input_ids
         self.batch_size, self.prompt_len = input_ids.shape
         self.pad_token_id = pad_token_id_of(model) if pad_token_id is None else pad_token_id
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        # position ids as generate computes them; the mask is dropped when there is no padding
-        pos = attention_mask.long().cumsum(-1) - 1
-        self._prefill_pos = pos.masked_fill(attention_mask == 0, 0)
+        past_mask = attention_mask[:, :0] if past is None else past[1].to(attention_mask.dtype)
+        full_mask = torch.cat([past_mask, attention_mask], dim=1)
+        self._past_len = past_mask.shape[1]
+        total = self._past_len + self.prompt_len
+        # position ids as generate computes them (counting the cached columns); no mask when there is no padding
+        pos = full_mask.long().cumsum(-1) - 1
+        self._prefill_pos = pos.masked_fill(full_mask == 0, 0)[:, self._past_len :]
         self._next_pos = self._prefill_pos[:, -1:] + 1
-        self._has_padding = not bool((attention_mask == 1).all())
+        self._has_padding = not bool((full_mask == 1).all())
         if self._has_padding:
             # preallocated past+new mask; each step uses a prefix view of it (no per-step cat)
             full = torch.ones(
-                (self.batch_size, self.prompt_len + max(max_new_tokens, 1)),
+                (self.batch_size, total + max(max_new_tokens, 1)),
                 dtype=attention_mask.dtype,
                 device=attention_mask.device,
             )
-            full[:, : self.prompt_len] = attention_mask
+            full[:, :total] = full_mask
             self._mask = full
         else:
             self._mask = None
-        self._cur_len = self.prompt_len
-        self.cache = make_cache(
-            model, kv_cache, max_cache_len=self.prompt_len + max(max_new_tokens, 1), residual_length=kv_residual_length
-        )
+        self._prompt_mask = full_mask
+        self._cur_len = total
+        if past is not None:
+            self.cache = past[0]
+        else:
+            self.cache = make_cache(
+                model, kv_cache, max_cache_len=total + max(max_new_tokens, 1), residual_length=kv_residual_length
+            )
         qc = getattr(getattr(model, "config", None), "quantization_config", None)
         self._quanto = (
             kv_cache not in ("dynamic", "static") or "quanto" in str(getattr(qc, "quant_method", qc) or "").lower()
@@ -179,10 +192,52 @@ class GreedyBatch:
         self._next = nxt
         return nxt.view(-1).tolist()
 
+    def fed_columns(self, row: int, fed_decode_tokens: int) -> torch.Tensor:
+        """Cache columns of row `row`'s fed tokens in order: its prompt (cached part and suffix, pads skipped),
+        then its first `fed_decode_tokens` decode inputs."""
+        prompt_cols = self._prompt_mask[row].nonzero().view(-1)
+        start = self._prompt_mask.shape[1]
+        decode = torch.arange(start, start + fed_decode_tokens, device=prompt_cols.device)
+        return torch.cat([prompt_cols, decode])
+
+    def row_kv(self, row: int, columns: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Per layer (keys, values) of one row at `columns`, copied out: (kv_heads, len(columns), head_dim)."""
+        return tuple(
+            (layer.keys[row].index_select(1, columns), layer.values[row].index_select(1, columns))
+            for layer in self.cache.layers
+        )
+
     def finish_row(self, row: int) -> None:
         if self._done is None:
             self._done = torch.zeros((self.batch_size, 1), dtype=torch.bool, device=self.input_ids.device)
         self._done[row, 0] = True
+
+
+def batched_past(
+    model: Any, blocks: Sequence[Sequence[tuple[tuple[torch.Tensor, torch.Tensor], ...]]], device: str | torch.device
+) -> tuple[Any, torch.Tensor] | None:
+    """Rows' cached prefix blocks as one left-padded dynamic cache and its (B, P) mask; None when no row has any.
+
+    `blocks[row]` is that row's chain (per block, per layer (keys, values) of shape (kv_heads, block, head_dim));
+    a row with fewer cached tokens is left-padded with zero keys/values under a 0 mask."""
+    lens = [sum(b[0][0].shape[1] for b in row) for row in blocks]
+    width = max(lens, default=0)
+    if width == 0:
+        return None
+    cache = DynamicCache(config=model.config)
+    mask = torch.zeros((len(blocks), width), dtype=torch.long, device=device)
+    first = next(row for row in blocks if row)[0]
+    for layer, (k0, v0) in enumerate(first):
+        keys = k0.new_zeros((len(blocks), k0.shape[0], width, k0.shape[2]))
+        values = v0.new_zeros((len(blocks), v0.shape[0], width, v0.shape[2]))
+        for r, row in enumerate(blocks):
+            if row:
+                keys[r, :, width - lens[r] :] = torch.cat([b[layer][0] for b in row], dim=1)
+                values[r, :, width - lens[r] :] = torch.cat([b[layer][1] for b in row], dim=1)
+        cache.update(keys, values, layer)
+    for r, n in enumerate(lens):
+        mask[r, width - n :] = 1
+    return cache, mask
 
 
 def greedy_generate(

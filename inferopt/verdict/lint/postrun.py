@@ -160,7 +160,7 @@ def has_prefix_cache(info: Mapping[str, Any]) -> bool | None:
                 return where[key]
     engine = info.get("engine")
     if engine == "hf":
-        return False  # no cross-request prefix cache
+        return False  # an info without `prefix_cache` (the hf engine before it started): no cache then
     if engine == "fake":
         return float(info.get("cached_prefix_fraction") or 0.0) > 0.0
     if engine == "vllm":
