@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from inferopt.locate.roofline import kv_bytes_per_token
+from inferopt.locate.step import model_dims
 from inferopt.records import RequestRecord
+from inferopt.simulate.bound import BYTES_PER_ELEM
 from inferopt.simulate.costs import (
     DECODE_FEATURES,
     PREFILL_FEATURES,
     CostModel,
+    Fit,
     Overheads,
     fit_nnls,
     padded_rows,
@@ -114,7 +118,95 @@ def fit_static(records: Sequence[RequestRecord], system: Any) -> CostModel:
     )
 
 
-def fitter_for(system: Any) -> Any:
+def fitter_for(system: Any) -> Callable[[Sequence[RequestRecord], Any], CostModel] | None:
     """The fit that reads this system's records: per-step batch timestamps (hf, fake: in-process engines that
-    stamp every step), else None (an engine whose records carry per-request phases only)."""
-    return fit_static if system.capabilities.kv_budget is None and hasattr(system, "batching") else None
+    stamp every step), per-request phases (a paged-KV server, vLLM), else None."""
+    caps = system.capabilities
+    if caps.kv_budget is None:
+        return fit_static if hasattr(system, "batching") else None
+    dims = model_dims(system) if caps.model is not None else None
+    per_token = kv_bytes_per_token(dims, BYTES_PER_ELEM.get(str(getattr(system, "dtype", "")), 2.0)) if dims else None
+    return lambda records, sys_: fit_phases(records, sys_, per_token)
+
+
+def _running_profile(
+    records: Sequence[RequestRecord], t0_s: float, t1_s: float, samples: int = 24
+) -> tuple[float, float]:
+    """Time-averaged (requests decoding, their total context) over [t0, t1]: a request decodes from its first
+    token to its done time, its context growing linearly from its prompt to prompt + output."""
+    seqs, ctx = 0.0, 0.0
+    for t in np.linspace(t0_s, t1_s, samples):
+        for r in records:
+            if r.prefill_end_s <= t < r.done_s:
+                seqs += 1.0
+                ctx += r.input_len + (t - r.prefill_end_s) / (r.done_s - r.prefill_end_s) * r.output_len
+    return seqs / samples, ctx / samples
+
+
+def _peer_prefill(records: Sequence[RequestRecord], t0_s: float, t1_s: float) -> tuple[float, float]:
+    """Prompt tokens and attention pairs (/1000) other requests prefilled within [t0, t1], each spread evenly
+    over its own scheduled -> first-token window."""
+    tokens, pairs = 0.0, 0.0
+    for r in records:
+        span = r.prefill_end_s - r.admitted_s
+        overlap = min(t1_s, r.prefill_end_s) - max(t0_s, r.admitted_s)
+        if overlap > 0 and span > 0:
+            _, tok, kp = prefill_features([max(1, r.input_len - r.cached_tokens)], [r.cached_tokens])
+            tokens += tok * overlap / span
+            pairs += kp * overlap / span
+    return tokens, pairs
+
+
+def phase_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
+    """vLLM (span join): one decode row per request (its mean server token gap vs the requests decoding beside
+    it and the prompt work sharing its steps) and one prefill row (scheduled -> first token)."""
+    ok = [r for r in records if r.outcome == "ok" and not r.warmup and r.admitted_s is not None and r.done_s]
+    ok = [r for r in ok if r.prefill_end_s is not None]
+    dx, dy, pre = [], [], []
+    for r in ok:
+        peers = [p for p in ok if _same_run(p, r) and p is not r]
+        steps = r.output_len - 1
+        if steps >= 2 and r.done_s > r.prefill_end_s:
+            seqs, ctx = _running_profile([*peers, r], r.prefill_end_s, r.done_s)
+            tok, kp = _peer_prefill(peers, r.prefill_end_s, r.done_s)
+            dx.append((1.0, seqs, ctx / 1000.0, tok / steps, kp / steps))
+            dy.append((r.done_s - r.prefill_end_s) / steps)
+        new = max(1, r.input_len - r.cached_tokens)
+        seqs, ctx = _running_profile(peers, r.admitted_s, r.prefill_end_s, 4)
+        pre.append((prefill_features([new], [r.cached_tokens]), r.prefill_end_s - r.admitted_s, seqs, ctx))
+    return {"dx": dx, "dy": dy, "pre": pre}
+
+
+def fit_phases(records: Sequence[RequestRecord], system: Any, kv_bytes_per_token: float | None = None) -> CostModel:
+    """A continuous-batching engine's cost model from per-request phases (vLLM's span join)."""
+    obs = phase_observations(records)
+    if len(obs["dy"]) < 3 or len(obs["pre"]) < 3:
+        raise ValueError(
+            f"fit_phases: {len(obs['pre'])} requests with phases and {len(obs['dy'])} with 3+ tokens are too few "
+            "(need >= 3 of each); fix: records joined with server spans (vLLM tracing: true)"
+        )
+    joint = fit_nnls(np.array(obs["dx"]), np.array(obs["dy"]), (*DECODE_FEATURES, "peer_token_s", "peer_kpair_s"))
+    n = len(DECODE_FEATURES)
+    decode = Fit(DECODE_FEATURES, joint.coef[:n], joint.residuals_s, joint.r2, joint.n)
+    px, py = [], []
+    for x, y, seqs, ctx in obs["pre"]:  # the step that produced the first token also decoded its peers
+        shared = decode.predict_s((1.0, seqs, ctx / 1000.0)) - decode.coef[0] if seqs >= 0.5 else 0.0
+        px.append(x)
+        py.append(max(0.0, y - shared))
+    ok = [r for r in records if r.outcome == "ok" and not r.warmup]
+    stats = {"requests": float(len(ok))}
+    if kv_bytes_per_token:
+        stats["kv_bytes_per_token"] = float(kv_bytes_per_token)
+    return CostModel(
+        engine=system.engine,
+        fingerprint=system_fingerprint(system),
+        system_name=system.name,
+        prefill=fit_nnls(np.array(px), np.array(py), PREFILL_FEATURES),
+        decode=decode,
+        overheads=Overheads(
+            send_lag_s=_median([r.arrival_s - r.intended_s for r in ok if r.arrival_s is not None]),
+            deliver_s=max(0.0, _median([r.client_token_s[0] - r.prefill_end_s for r in ok if r.client_token_s])),
+        ),
+        notes=("fitted per request from span phases: decode vs the requests running beside it",),
+        stats=stats,
+    )

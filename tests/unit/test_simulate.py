@@ -12,8 +12,11 @@ import pytest
 
 from inferopt.config import HFSystem, ModelSpec, SLOConfig, WorkloadConfig
 from inferopt.config.systems import BatchingKnobs, VLLMSystem
+from inferopt.locate.hardware import HardwareProfile
+from inferopt.locate.roofline import ModelDims
 from inferopt.measure.phases import phase_table
 from inferopt.records import RecordSink
+from inferopt.simulate.bound import bound_ratios
 from inferopt.simulate.calibrate import (
     Calibration,
     MeasuredProbe,
@@ -34,7 +37,7 @@ from inferopt.simulate.costs import (
     WrongSystem,
     system_fingerprint,
 )
-from inferopt.simulate.observe import fit_static
+from inferopt.simulate.observe import fit_phases, fit_static
 from inferopt.simulate.plan import load_curve, replica_plan
 from inferopt.simulate.prune import pareto_max, prune
 from inferopt.simulate.scheduler import ContinuousPolicy, StaticPolicy, simulate
@@ -336,3 +339,35 @@ def test_calibrate_search_fits_on_the_baseline_and_holds_back_the_rest(tmp_path)
     assert out.calibration is not None and out.calibration.usable, out.message
     assert out.calibration.probes_fit == len(base.probes) and out.calibration.probes_held_back == len(held.probes)
     assert calibrate_search([], WL, SLO, BUDGET, fit_static).calibration is None
+
+
+def test_bound_ratio_is_fitted_time_over_the_roofline() -> None:
+    dims = ModelDims(n_layers=2, hidden=64, intermediate=128, n_heads=4, n_kv_heads=4, head_dim=16, vocab=256)
+    hw = HardwareProfile("cpu", "cpu", "float32", 1e10, 1e9, 1e9, 10.0, 0.0, False, "planted")
+    cost = _model(_hf(), prefill=(0.0, 1e-4, 0.0), decode=(0.001, 0.0, 0.0))
+    df = bound_ratios(cost, dims, hw, decode_shapes=[(1, 16)], prefill_shapes=[(1, 64)])
+    dec = df[df["phase"] == "decode"].iloc[0]
+    assert dec["fitted_s"] == pytest.approx(0.001) and dec["x_bound"] == pytest.approx(0.001 / dec["bound_s"])
+    assert (df["x_bound"] > 1).all()  # 1 GB/s cannot move these weights in less time than the planted steps take
+
+
+def test_phase_fit_recovers_a_continuous_batchers_costs_from_span_records() -> None:
+    """vLLM's span join keeps only the first token's server time: the per-request fit must still find the
+    planted decode and prefill costs closely enough that a replay with it predicts TTFT and TPOT."""
+    system = VLLMSystem(model=ModelSpec(path="builtin:tiny-llama"))
+    truth = _model(system, prefill=(0.004, 4e-5, 5e-4), decode=(0.006, 1.5e-3, 3e-3))
+    rng = np.random.default_rng(8)
+    n = 160
+    table = _table(np.cumsum(rng.exponential(0.05, n)), rng.integers(16, 400, n), rng.integers(3, 40, n))
+    pol = ContinuousPolicy(max_num_seqs=8, max_num_batched_tokens=512)
+    measured = simulate(table, pol, truth, timeout_s=1e9)
+    spans = [dataclasses.replace(r, token_s=r.token_s[:1]) for r in measured]  # what the span join gives
+    fitted = fit_phases(spans, system)
+    for seqs, ctx in ((4, 1000), (8, 2000)):  # the shapes this load runs (a lone sequence is rare at it)
+        assert fitted.decode_s(seqs, ctx) == pytest.approx(truth.decode_s(seqs, ctx), rel=0.15)
+    replay = phase_table(simulate(table, pol, fitted, timeout_s=1e9))
+    real = phase_table(measured)
+    for col in ("ttft_ms", "tpot_ms"):
+        assert replay[col].median() == pytest.approx(real[col].median(), rel=0.15), col
+    with pytest.raises(ValueError, match="too few"):
+        fit_phases(spans[:2], system)
