@@ -192,7 +192,8 @@ def frontier(points: pd.DataFrame, slo_ms: dict[str, float] | None = None) -> pl
 
 def sim_error(table: pd.DataFrame, bound: float = 0.15) -> plt.Figure:
     """The simulator's predictions against measurements, one marker per probe and metric (filled: held back,
-    hollow: fitted on); the diagonal is exact, the band +-`bound`. Left latencies (ms, log), right throughput."""
+    hollow: fitted on); the diagonal is exact, the band +-`bound`. Left latencies (ms, log), right throughput
+    (req/s)."""
     fig, (ax_lat, ax_tp) = plt.subplots(1, 2, figsize=(10, 4))
     for ax, metrics in (
         (ax_lat, [m for m in table["metric"].unique() if "_ms_" in m]),
@@ -202,8 +203,7 @@ def sim_error(table: pd.DataFrame, bound: float = 0.15) -> plt.Figure:
         finite = vals[np.isfinite(vals).all(axis=1) & (vals > 0).all(axis=1)]
         if not len(finite):
             continue
-        lo, hi = finite.min() / 1.3, finite.max() * 1.3
-        xs = np.geomspace(lo, hi, 20)
+        xs = np.geomspace(finite.min() / 1.3, finite.max() * 1.3, 20)
         ax.plot(xs, xs, color="grey", lw=0.7, ls=":")
         ax.fill_between(xs, xs * (1 - bound), xs * (1 + bound), color="tab:green", alpha=0.12, label=f"+-{bound:.0%}")
         for metric in metrics:
@@ -211,8 +211,9 @@ def sim_error(table: pd.DataFrame, bound: float = 0.15) -> plt.Figure:
             held = df["split"] == "held_back"
             (pts,) = ax.plot(df.loc[held, "measured"], df.loc[held, "predicted"], "o", ms=4, label=metric)
             ax.plot(df.loc[~held, "measured"], df.loc[~held, "predicted"], "o", ms=4, mfc="none", color=pts.get_color())
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        if ax is ax_lat:  # latencies span ms to seconds; throughputs a few req/s (linear reads better)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
         ax.set_xlabel("measured")
         ax.set_ylabel("predicted (simulated)")
         ax.legend(fontsize=7)

@@ -16,6 +16,7 @@ from inferopt.locate.hardware import HardwareProfile
 from inferopt.locate.roofline import ModelDims
 from inferopt.measure.phases import phase_table
 from inferopt.records import RecordSink
+from inferopt.report import plots
 from inferopt.simulate.bound import bound_ratios
 from inferopt.simulate.calibrate import (
     Calibration,
@@ -371,3 +372,16 @@ def test_phase_fit_recovers_a_continuous_batchers_costs_from_span_records() -> N
         assert replay[col].median() == pytest.approx(real[col].median(), rel=0.15), col
     with pytest.raises(ValueError, match="too few"):
         fit_phases(spans[:2], system)
+
+
+def test_sim_error_plot_draws_both_panels() -> None:
+    table = pd.DataFrame(
+        {
+            "metric": ["ttft_ms_p50", "ttft_ms_p50", "achieved_req_per_s"],
+            "split": ["fit", "held_back", "held_back"],
+            "measured": [100.0, 200.0, 2.0],
+            "predicted": [110.0, 150.0, 2.2],
+        }
+    )
+    fig = plots.sim_error(table, 0.15)
+    assert len(fig.axes) == 2 and fig.axes[0].get_xscale() == "log" and len(fig.axes[1].lines) >= 2
