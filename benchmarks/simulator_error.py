@@ -185,7 +185,7 @@ def main() -> None:
     table = pd.concat([c.table.assign(engine=e) for e, c in cals.items()], ignore_index=True)
     plots.sim_error(table, args.bound).savefig(out / "simulator_error.png", dpi=110)
     print(f"plot: {out / 'simulator_error.png'}")
-    held = table[table["split"] == "held_back"]
+    held, fitted = table[table["split"] == "held_back"], table[table["split"] == "fit"]
     metrics = list(dict.fromkeys(held["metric"]))
     caps = pd.concat([c.capacity for c in cals.values()], ignore_index=True)
     line = {
@@ -193,6 +193,8 @@ def main() -> None:
         "median_rel_err": {m: _num(held.loc[held["metric"] == m, "rel_err"].median()) for m in metrics},
         "p99_rel_err": {m: _num(held.loc[held["metric"] == m, "rel_err"].quantile(0.99)) for m in metrics},
         "capacity_rel_err": _num(caps["rel_err"].median()) if len(caps) else None,
+        # the same errors on the probes it was fitted on: a floor set by run-to-run noise, not by the model
+        "fit_median_rel_err": {m: _num(fitted.loc[fitted["metric"] == m, "rel_err"].median()) for m in metrics},
         "probes_fit": sum(c.probes_fit for c in cals.values()),
         "probes_held_back": sum(c.probes_held_back for c in cals.values()),
         "usable": {e: c.usable for e, c in cals.items()},
