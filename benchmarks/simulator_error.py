@@ -40,6 +40,7 @@ from inferopt.measure.slo import RequestSLO  # noqa: E402
 from inferopt.report import plots  # noqa: E402
 from inferopt.simulate.calibrate import calibrate, measured_probes  # noqa: E402
 from inferopt.simulate.observe import fitter_for  # noqa: E402
+from inferopt.simulate.plan import replica_plan  # noqa: E402
 from inferopt.validate.capacity import (  # noqa: E402
     CapacityBudget,
     CapacityResult,
@@ -158,6 +159,9 @@ def run_engine(engine: str, args, workload, slo, out: Path):
     fit_rates = {round(mp.probe.offered_req_per_s, 6) for mp in fit_on}
     overlap = sorted(r for mp in held if (r := round(mp.probe.offered_req_per_s, 6)) in fit_rates)
     print(f"{engine}: {cal.message}", flush=True)
+    plan = replica_plan(cal.cost, fit_sys, workload, slo, budget, (1, 2, 4), calibration=cal)
+    print(f"{engine}: PREDICTED capacity under the SLO by replica count (not measured):")
+    print(plan[["kind", "replicas", "capacity_req_per_s", "per_replica_req_per_s", "status"]].to_string())
     return cal, overlap
 
 

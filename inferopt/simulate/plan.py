@@ -57,11 +57,14 @@ def replica_plan(
     *,
     calibration: Calibration | None = None,
 ) -> pd.DataFrame:
-    """Predicted capacity under the SLO per replica count (the search starts at the single-replica capacity
-    times the count, so each search brackets near its answer)."""
+    """Predicted capacity under the SLO per replica count: each replica sees as many requests per probe as one
+    alone would (a probe's request count times the count), and the search starts at the single-replica capacity
+    times the count, so each search brackets near its answer."""
     rows, single = [], None
     for n in replicas:
-        b = budget if single is None or not math.isfinite(single) else replace(budget, start_req_per_s=single * n)
+        b = replace(budget, requests_per_probe=budget.requests_per_probe * n) if budget.requests_per_probe else budget
+        if single is not None and math.isfinite(single):
+            b = replace(b, start_req_per_s=single * n)
         result = simulated_capacity(cost, system, workload, slo, b, replicas=n)
         single = result.req_per_s / n if single is None else single
         rows.append(
