@@ -68,7 +68,8 @@ def policy_for(system: AnySystem, cost: CostModel) -> StaticPolicy | ContinuousP
     cost.check_system(system)
     caps = system.capabilities
     if caps.kv_budget is None:
-        return StaticPolicy(system.batching)
+        blocks = getattr(system, "prefix_cache_block_tokens", None) if caps.prefix_cache else None
+        return StaticPolicy(system.batching, prefix_block_tokens=blocks)
     kv = caps.kv_budget
     per_token = cost.stats.get("kv_bytes_per_token", 0.0)
     blocks = (

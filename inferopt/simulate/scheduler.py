@@ -30,9 +30,11 @@ SIM_TAG = "simulated"
 
 @dataclass(frozen=True)
 class StaticPolicy:
-    """The hf engine's static batching (its `BatchingKnobs`)."""
+    """The hf engine's static batching (its `BatchingKnobs`); `prefix_block_tokens`: its prefix cache's block
+    size (None: no prefix cache). A group's prefix is cached once a batch holding it has finished."""
 
     knobs: BatchingKnobs
+    prefix_block_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -94,14 +96,15 @@ def simulate(
     rows = _rows(table, timeout_s)
     reqs = [_Req(row=r, arrival_s=r["intended_s"] + cost.overheads.send_lag_s) for r in rows]
     if isinstance(policy, StaticPolicy):
-        _run_static(reqs, policy.knobs, cost)
+        _run_static(reqs, policy, cost)
     else:
         _run_continuous(reqs, policy, cost)
     return [_record(q, cost, arm, trial, scenario) for q in reqs]
 
 
-def _run_static(reqs: list[_Req], knobs: BatchingKnobs, cost: CostModel) -> None:
+def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel) -> None:
     """The hf worker loop: ask `static_batch` whenever the engine is free; arrivals beyond `max_queue` rejected."""
+    knobs, cached_groups = policy.knobs, set()
     waiting: dict[str, _Req] = {}
     now_s, i, n = 0.0, 0, len(reqs)
     while i < n or waiting:
@@ -117,7 +120,10 @@ def _run_static(reqs: list[_Req], knobs: BatchingKnobs, cost: CostModel) -> None
         items = [Waiting(k, q.arrival_s, int(q.row["priority"])) for k, q in waiting.items()]
         decision = static_batch(knobs, items, now_s)
         if decision.batch:
-            now_s = _static_batch([waiting.pop(k) for k in decision.batch], now_s, cost) + cost.overheads.batch_gap_s
+            batch = [waiting.pop(k) for k in decision.batch]
+            now_s = _static_batch(batch, now_s, cost, _hits(batch, policy.prefix_block_tokens, cached_groups))
+            now_s += cost.overheads.batch_gap_s
+            cached_groups.update(int(q.row["prefix_group"]) for q in batch if int(q.row["prefix_group"]) >= 0)
             continue
         nxt = reqs[i].arrival_s if i < n else math.inf
         now_s = min(nxt, now_s + decision.wait_s) if decision.wait_s is not None else nxt
@@ -125,19 +131,31 @@ def _run_static(reqs: list[_Req], knobs: BatchingKnobs, cost: CostModel) -> None
             break
 
 
-def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel) -> float:
-    """One left-padded batch admitted at `now_s`; returns when its last step ends."""
+def _hits(batch: Sequence[_Req], block_tokens: int | None, cached_groups: set[int]) -> list[int]:
+    """Prompt tokens each row finds in the prefix cache: its group's shared prefix in whole blocks."""
+    if not block_tokens:
+        return [0] * len(batch)
+    return [
+        (int(q.row["prefix_len"]) // block_tokens) * block_tokens if int(q.row["prefix_group"]) in cached_groups else 0
+        for q in batch
+    ]
+
+
+def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Sequence[int]) -> float:
+    """One left-padded batch admitted at `now_s` (`hits`: cached prompt tokens per row); returns when its last
+    step ends."""
     lens = [int(q.row["input_len"]) for q in batch]
-    new, cached = padded_rows(lens, [0] * len(batch))
+    new, cached = padded_rows(lens, hits)
     start_s = now_s + cost.overheads.admit_s
     end_s = start_s + cost.prefill_s(sum(new), attn_pairs(new, cached))
     steps = max(int(q.row["output_len"]) for q in batch)
     times = [end_s + cost.overheads.first_token_s]
     size = len(batch)
     for k in range(1, steps):
-        times.append(times[-1] + cost.decode_s(size, size * (new[0] + k)))
-    for q in batch:
+        times.append(times[-1] + cost.decode_s(size, size * (new[0] + max(cached) + k)))
+    for q, hit in zip(batch, hits, strict=True):
         q.admitted_s, q.prefill_start_s, q.prefill_end_s, q.batch_size = now_s, start_s, end_s, size
+        q.cached = hit
         q.token_s = times[: max(1, int(q.row["output_len"]))]
         q.done_s = q.token_s[-1]
     return times[-1]

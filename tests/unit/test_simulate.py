@@ -385,3 +385,13 @@ def test_sim_error_plot_draws_both_panels() -> None:
     )
     fig = plots.sim_error(table, 0.15)
     assert len(fig.axes) == 2 and fig.axes[0].get_xscale() == "log" and len(fig.axes[1].lines) >= 2
+
+
+def test_static_prefix_cache_hits_after_the_first_batch_of_a_group() -> None:
+    system = _hf(batch=1)
+    cost = _model(system)
+    table = _table([0.0, 0.0, 0.0], 64, 2, prefix_group=np.array([0, 0, -1]), prefix_len=40)
+    recs = simulate(table, StaticPolicy(system.batching, prefix_block_tokens=16), cost)
+    assert [r.cached_tokens for r in recs] == [0, 32, 0]  # stored once the first batch ended; whole blocks
+    no_cache = simulate(table, StaticPolicy(system.batching), cost)
+    assert recs[1].prefill_end_s - recs[1].prefill_start_s < no_cache[1].prefill_end_s - no_cache[1].prefill_start_s
