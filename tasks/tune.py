@@ -1,7 +1,8 @@
 """Prefect task for the search (issue 14): `inferopt.choose.search.tune`, logged as it goes — a child run per point
 as its capacity search finishes (`point-NN`: its probes, rate/latency curve and bracket) — then the baseline's
 measure, located cause and proposals (`1-measure`, `2-locate`, `3-propose`) and on the parent run the points table
-sorted by capacity, the frontier figure, `tune.json` and the recommendation YAML.
+sorted by capacity, the frontier figure, `tune.json` and the recommendation YAML; then the simulator calibrated on
+the points (`sim_*`: predicted vs measured per held-back probe, its plot, and the replica plan, labelled predicted).
 
 Deliberately not here: any decision or measurement (the core makes them).
 """
@@ -17,6 +18,10 @@ from inferopt.config import AnySystem, HardwareConfig, SLOConfig, WorkloadConfig
 from inferopt.config.knob_spaces import KnobSpace
 from inferopt.locate import profile_enabled
 from inferopt.report import plots
+from inferopt.simulate.calibrate import calibrate_search
+from inferopt.simulate.observe import fitter_for
+from inferopt.simulate.plan import replica_plan
+from inferopt.validate.capacity import CapacityBudget
 from tasks.log_steps import log_locate, log_measure
 from tasks.tracking import Tracker
 
@@ -45,6 +50,7 @@ def tune_task(
     )
     log_baseline(tracker, result)
     log_result(tracker, result)
+    log_simulator(tracker, result, workload, slo, budget.capacity)
     return result
 
 
@@ -95,3 +101,29 @@ def log_result(tracker: Tracker, r: TuneResult) -> None:
         tracker.figure(plots.frontier(table, r.slo_bounds_ms), "frontier.png")
     if r.recommendation_path:
         tracker.file(r.recommendation_path)
+
+
+def log_simulator(
+    tracker: Tracker, r: TuneResult, workload: WorkloadConfig, slo: SLOConfig, budget: CapacityBudget
+) -> None:
+    """The simulator fitted on the baseline's probes and judged on the other points' (`inferopt.simulate`)."""
+    base = r.baseline
+    fitter = fitter_for(base.system) if base is not None else None
+    if fitter is None:
+        tracker.tags({"inferopt.sim.message": "no simulator fit for this engine's records (per-step timings needed)"})
+        return
+    points = [(p.label, p.system, p.capacity) for p in r.points]
+    out = calibrate_search(points, workload, slo, budget, fitter)
+    tracker.tags({"inferopt.sim.message": out.message[:4000]})
+    cal = out.calibration
+    if cal is None:
+        return
+    tracker.tags({"inferopt.sim.usable": str(cal.usable).lower()})
+    tracker.metrics(cal.metrics())
+    tracker.json(cal.cost.summary(), "sim_cost_model.json")
+    tracker.table(cal.table, "sim_error.parquet")
+    if len(cal.capacity):
+        tracker.table(cal.capacity, "sim_capacity_error.parquet")
+    tracker.figure(plots.sim_error(cal.table, cal.bound), "sim_error.png")
+    plan = replica_plan(cal.cost, base.system, workload, slo, budget, (1, 2, 4), calibration=cal)
+    tracker.table(plan, "sim_replica_plan.parquet")

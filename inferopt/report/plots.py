@@ -188,3 +188,35 @@ def frontier(points: pd.DataFrame, slo_ms: dict[str, float] | None = None) -> pl
     fig.suptitle(f"Capacity frontier: {len(drawn)} of {len(points)} points tried have an operating point", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def sim_error(table: pd.DataFrame, bound: float = 0.15) -> plt.Figure:
+    """The simulator's predictions against measurements, one marker per probe and metric (filled: held back,
+    hollow: fitted on); the diagonal is exact, the band +-`bound`. Left latencies (ms, log), right throughput
+    (req/s)."""
+    fig, (ax_lat, ax_tp) = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, metrics in (
+        (ax_lat, [m for m in table["metric"].unique() if "_ms_" in m]),
+        (ax_tp, ["achieved_req_per_s"]),
+    ):
+        vals = table[table["metric"].isin(metrics)][["measured", "predicted"]].to_numpy(float)
+        finite = vals[np.isfinite(vals).all(axis=1) & (vals > 0).all(axis=1)]
+        if not len(finite):
+            continue
+        xs = np.geomspace(finite.min() / 1.3, finite.max() * 1.3, 20)
+        ax.plot(xs, xs, color="grey", lw=0.7, ls=":")
+        ax.fill_between(xs, xs * (1 - bound), xs * (1 + bound), color="tab:green", alpha=0.12, label=f"+-{bound:.0%}")
+        for metric in metrics:
+            df = table[table["metric"] == metric]
+            held = df["split"] == "held_back"
+            (pts,) = ax.plot(df.loc[held, "measured"], df.loc[held, "predicted"], "o", ms=4, label=metric)
+            ax.plot(df.loc[~held, "measured"], df.loc[~held, "predicted"], "o", ms=4, mfc="none", color=pts.get_color())
+        if ax is ax_lat:  # latencies span ms to seconds; throughputs a few req/s (linear reads better)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel("measured")
+        ax.set_ylabel("predicted (simulated)")
+        ax.legend(fontsize=7)
+    ax_lat.set_title("Latency per probe (filled: held back)")
+    ax_tp.set_title("Throughput (req/s) per probe")
+    return fig

@@ -85,6 +85,10 @@ def test_tune_flow_logs_every_point_and_the_recommendation(prefect_harness, mlfl
     assert by_name["point-00"].data.tags["inferopt.point"] == "baseline"
     files = {a.path for a in client.list_artifacts(result["run_id"])}
     assert {"points.parquet", "points.csv", "frontier.png", "tune.json", "recommendation.yaml"} <= files
+    # the simulator, fitted on the baseline's probes and judged on the other points' (inferopt.simulate)
+    assert {"sim_error.parquet", "sim_error.png", "sim_cost_model.json", "sim_replica_plan.parquet"} <= files
+    assert parent.data.tags["inferopt.sim.usable"] in ("true", "false")
+    assert parent.data.metrics["sim.probes_held_back"] > 0 and "sim.median_rel_err.ttft_ms_p50" in parent.data.metrics
     mirror = in_repo / result["run_id"]
     import pandas as pd
 

@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("locate",),  # step 2
     ("choose",),  # step 3
     ("ablate", "validate"),  # steps 4 and 5
+    ("simulate",),  # the fitted cost model, the scheduler simulation, its calibration against capacity probes
     ("choose.search",),  # the search: composes measure, locate, choose's proposals and validate's capacity
     ("gate",),  # step 6
     ("verdict",),  # decide, the cheat lint, evidence

@@ -1,0 +1,212 @@
+"""Step observations read off measured request records, and the cost-model fits over them (issue 18 item 1).
+
+hf engine (static batches): the members of one batch share `admitted_s`, `prefill_start_s`, `prefill_end_s` and
+every step's `token_s`, so each batch gives one prefill observation (left-padded: every row computes the widest
+prompt) and one decode observation per step (every row stays in the forward until the batch ends). vLLM (span
+join: per-request phases only): one prefill observation per request (scheduled -> first token, net of the
+decode work sharing its step) and one decode observation per request (its mean client token gap against the
+time-averaged number of requests decoding beside it and their context).
+
+Deliberately not here: the cost model's own math (`simulate.costs`), any engine or run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from inferopt.locate.roofline import kv_bytes_per_token
+from inferopt.locate.step import model_dims
+from inferopt.records import RequestRecord
+from inferopt.simulate.bound import BYTES_PER_ELEM
+from inferopt.simulate.costs import (
+    DECODE_FEATURES,
+    PREFILL_FEATURES,
+    CostModel,
+    Fit,
+    Overheads,
+    fit_nnls,
+    padded_rows,
+    prefill_features,
+    system_fingerprint,
+)
+
+
+def _batches(records: Sequence[RequestRecord]) -> list[list[RequestRecord]]:
+    """Measured static batches (members share their prefill start), in time order."""
+    groups: dict[tuple[str, str, int, float], list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        if r.warmup or r.prefill_start_s is None or r.prefill_end_s is None or not r.token_s:
+            continue
+        groups[(r.run_tag, r.scenario, r.trial, round(r.prefill_start_s, 6))].append(r)
+    return [groups[k] for k in sorted(groups)]
+
+
+def _same_run(a: RequestRecord, b: RequestRecord) -> bool:
+    return (a.run_tag, a.scenario, a.trial) == (b.run_tag, b.scenario, b.trial)
+
+
+def static_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
+    """Prefill and decode rows (features, seconds) of every measured hf batch."""
+    px, py, dx, dy = [], [], [], []
+    for batch in _batches(records):
+        size = max(len(batch), max(r.batch_size_at_admit or 0 for r in batch))
+        lens = [r.input_len for r in batch] + [max(r.input_len for r in batch)] * (size - len(batch))
+        cached = [r.cached_tokens for r in batch] + [0] * (size - len(batch))
+        new, cache = padded_rows(lens, cached)
+        px.append(prefill_features(new, cache))
+        py.append(batch[0].prefill_end_s - batch[0].prefill_start_s)
+        longest = max(batch, key=lambda r: len(r.token_s))
+        width = new[0] + max(cache)
+        for k, gap_s in enumerate(np.diff(longest.token_s), start=1):
+            dx.append((1.0, float(size), size * (width + k) / 1000.0))
+            dy.append(float(gap_s))
+    return {"px": px, "py": py, "dx": dx, "dy": dy}
+
+
+def _median(values: Sequence[float]) -> float:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.median(vals)) if vals else 0.0
+
+
+def static_overheads(records: Sequence[RequestRecord], batch_wait_s: float) -> Overheads:
+    """Medians of the per-step and per-request constants (see `Overheads`) of hf records."""
+    batches = _batches(records)
+    gaps = []
+    for prev, nxt in zip(batches, batches[1:], strict=False):
+        end_s = max(r.token_s[-1] for r in prev)
+        ready_s = max(max(r.arrival_s or 0.0 for r in nxt), min(r.arrival_s or 0.0 for r in nxt) + batch_wait_s)
+        if _same_run(prev[0], nxt[0]) and ready_s <= end_s and nxt[0].admitted_s is not None:
+            gaps.append(nxt[0].admitted_s - end_s)
+    ok = [r for b in batches for r in b]
+    return Overheads(
+        admit_s=_median([r.prefill_start_s - r.admitted_s for r in ok if r.admitted_s is not None]),
+        first_token_s=_median([r.token_s[0] - r.prefill_end_s for r in ok]),
+        batch_gap_s=max(0.0, _median(gaps)),
+        send_lag_s=_median([r.arrival_s - r.intended_s for r in ok if r.arrival_s is not None]),
+        deliver_s=_deliver_s(ok),
+    )
+
+
+def _deliver_s(records: Sequence[RequestRecord]) -> float:
+    gaps = [c - s for r in records for s, c in zip(r.token_s, r.client_token_s, strict=False)]
+    return max(0.0, _median(gaps))
+
+
+def fit_static(records: Sequence[RequestRecord], system: Any) -> CostModel:
+    """The hf engine's cost model from its measured records (any number of runs; `trial` keeps them apart)."""
+    obs = static_observations(records)
+    if len(obs["py"]) < 3 or len(obs["dy"]) < 3:
+        raise ValueError(
+            f"fit_static: {len(obs['py'])} measured batches and {len(obs['dy'])} decode steps are too few to fit "
+            "(need >= 3 of each); fix: records of ok requests with server timings from the hf engine"
+        )
+    wait_s = system.batching.batch_wait_ms / 1000.0
+    return CostModel(
+        engine=system.engine,
+        fingerprint=system_fingerprint(system),
+        system_name=system.name,
+        prefill=fit_nnls(np.array(obs["px"]), np.array(obs["py"]), PREFILL_FEATURES),
+        decode=fit_nnls(np.array(obs["dx"]), np.array(obs["dy"]), DECODE_FEATURES),
+        overheads=static_overheads(records, wait_s),
+        notes=("fitted per step from the hf engine's batch timestamps",),
+        stats={"batches": float(len(obs["py"])), "decode_steps": float(len(obs["dy"]))},
+    )
+
+
+def fitter_for(system: Any) -> Callable[[Sequence[RequestRecord], Any], CostModel] | None:
+    """The fit that reads this system's records: per-step batch timestamps (hf, fake: in-process engines that
+    stamp every step), per-request phases (a paged-KV server, vLLM), else None."""
+    caps = system.capabilities
+    if caps.kv_budget is None:
+        return fit_static if hasattr(system, "batching") else None
+    dims = model_dims(system) if caps.model is not None else None
+    per_token = kv_bytes_per_token(dims, BYTES_PER_ELEM.get(str(getattr(system, "dtype", "")), 2.0)) if dims else None
+    return lambda records, sys_: fit_phases(records, sys_, per_token)
+
+
+def _running_profile(
+    records: Sequence[RequestRecord], t0_s: float, t1_s: float, samples: int = 24
+) -> tuple[float, float]:
+    """Time-averaged (requests decoding, their total context) over [t0, t1]: a request decodes from its first
+    token to its done time, its context growing linearly from its prompt to prompt + output."""
+    seqs, ctx = 0.0, 0.0
+    for t in np.linspace(t0_s, t1_s, samples):
+        for r in records:
+            if r.prefill_end_s <= t < r.done_s:
+                seqs += 1.0
+                ctx += r.input_len + (t - r.prefill_end_s) / (r.done_s - r.prefill_end_s) * r.output_len
+    return seqs / samples, ctx / samples
+
+
+def _peer_prefill(records: Sequence[RequestRecord], t0_s: float, t1_s: float) -> tuple[float, float]:
+    """Prompt tokens and attention pairs (/1000) other requests prefilled within [t0, t1], each spread evenly
+    over its own scheduled -> first-token window."""
+    tokens, pairs = 0.0, 0.0
+    for r in records:
+        span = r.prefill_end_s - r.admitted_s
+        overlap = min(t1_s, r.prefill_end_s) - max(t0_s, r.admitted_s)
+        if overlap > 0 and span > 0:
+            _, tok, kp = prefill_features([max(1, r.input_len - r.cached_tokens)], [r.cached_tokens])
+            tokens += tok * overlap / span
+            pairs += kp * overlap / span
+    return tokens, pairs
+
+
+def phase_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
+    """vLLM (span join): one decode row per request (its mean server token gap vs the requests decoding beside
+    it and the prompt work sharing its steps) and one prefill row (scheduled -> first token)."""
+    ok = [r for r in records if r.outcome == "ok" and not r.warmup and r.admitted_s is not None and r.done_s]
+    ok = [r for r in ok if r.prefill_end_s is not None]
+    dx, dy, pre = [], [], []
+    for r in ok:
+        peers = [p for p in ok if _same_run(p, r) and p is not r]
+        steps = r.output_len - 1
+        if steps >= 2 and r.done_s > r.prefill_end_s:
+            seqs, ctx = _running_profile([*peers, r], r.prefill_end_s, r.done_s)
+            tok, kp = _peer_prefill(peers, r.prefill_end_s, r.done_s)
+            dx.append((1.0, seqs, ctx / 1000.0, tok / steps, kp / steps))
+            dy.append((r.done_s - r.prefill_end_s) / steps)
+        new = max(1, r.input_len - r.cached_tokens)
+        seqs, ctx = _running_profile(peers, r.admitted_s, r.prefill_end_s, 4)
+        pre.append((prefill_features([new], [r.cached_tokens]), r.prefill_end_s - r.admitted_s, seqs, ctx))
+    return {"dx": dx, "dy": dy, "pre": pre}
+
+
+def fit_phases(records: Sequence[RequestRecord], system: Any, kv_bytes_per_token: float | None = None) -> CostModel:
+    """A continuous-batching engine's cost model from per-request phases (vLLM's span join)."""
+    obs = phase_observations(records)
+    if len(obs["dy"]) < 3 or len(obs["pre"]) < 3:
+        raise ValueError(
+            f"fit_phases: {len(obs['pre'])} requests with phases and {len(obs['dy'])} with 3+ tokens are too few "
+            "(need >= 3 of each); fix: records joined with server spans (vLLM tracing: true)"
+        )
+    joint = fit_nnls(np.array(obs["dx"]), np.array(obs["dy"]), (*DECODE_FEATURES, "peer_token_s", "peer_kpair_s"))
+    n = len(DECODE_FEATURES)
+    decode = Fit(DECODE_FEATURES, joint.coef[:n], joint.residuals_s, joint.r2, joint.n)
+    px, py = [], []
+    for x, y, seqs, ctx in obs["pre"]:  # the step that produced the first token also decoded its peers
+        shared = decode.predict_s((1.0, seqs, ctx / 1000.0)) - decode.coef[0] if seqs >= 0.5 else 0.0
+        px.append(x)
+        py.append(max(0.0, y - shared))
+    ok = [r for r in records if r.outcome == "ok" and not r.warmup]
+    stats = {"requests": float(len(ok))}
+    if kv_bytes_per_token:
+        stats["kv_bytes_per_token"] = float(kv_bytes_per_token)
+    return CostModel(
+        engine=system.engine,
+        fingerprint=system_fingerprint(system),
+        system_name=system.name,
+        prefill=fit_nnls(np.array(px), np.array(py), PREFILL_FEATURES),
+        decode=decode,
+        overheads=Overheads(
+            send_lag_s=_median([r.arrival_s - r.intended_s for r in ok if r.arrival_s is not None]),
+            deliver_s=max(0.0, _median([r.client_token_s[0] - r.prefill_end_s for r in ok if r.client_token_s])),
+        ),
+        notes=("fitted per request from span phases: decode vs the requests running beside it",),
+        stats=stats,
+    )

@@ -1,0 +1,351 @@
+"""Discrete-event simulation of a serving scheduler on a workload table, emitting real `RequestRecord`s.
+
+Two policies over one fitted `CostModel`: `StaticPolicy` mirrors the hf engine (the same `static_batch` and
+`admit_on_arrival` functions decide; a left-padded batch runs until its longest member ends) and
+`ContinuousPolicy` models vLLM's scheduler (max_num_seqs, a per-step token budget, chunked prefill, fcfs or
+priority, a bounded queue counting waiting + running, KV capacity in blocks with recompute preemption of the
+newest running request, prefix-cache hits in whole blocks). Clients time out as the load runner's do.
+The event loop is a plain loop over engine steps with a sorted arrival list, not SimPy or vidur: a single
+engine has only two event kinds (an arrival, a step's end), and vidur (PyPI 0.0.26) wants per-operator GPU
+profiles of its own model registry plus wandb/streamlit, not the per-step timings we measure.
+Records are marked simulated (`run_tag`), so `inferopt.measure` metrics, slices and SLO checks apply unchanged.
+Deliberately not here: fitting (`simulate.observe`), calibration against measurements (`simulate.calibrate`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from inferopt.config import BatchingKnobs
+from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
+from inferopt.records import RequestRecord
+from inferopt.simulate.costs import CostModel, attn_pairs, padded_rows
+
+SIM_TAG = "simulated"
+
+
+@dataclass(frozen=True)
+class StaticPolicy:
+    """The hf engine's static batching (its `BatchingKnobs`); `prefix_block_tokens`: its prefix cache's block
+    size (None: no prefix cache). A group's prefix is cached once a batch holding it has finished."""
+
+    knobs: BatchingKnobs
+    prefix_block_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ContinuousPolicy:
+    """vLLM-style continuous batching; `kv_blocks` None = unbounded KV, `max_queued` None = unbounded queue."""
+
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 2048
+    chunked_prefill: bool = True
+    priority: bool = False
+    max_queued: int | None = None
+    kv_blocks: int | None = None
+    block_size: int = 16
+    prefix_caching: bool = False
+
+
+@dataclass
+class _Req:
+    """One request's simulated life (seconds on the simulated clock)."""
+
+    row: dict
+    arrival_s: float
+    admitted_s: float | None = None
+    prefill_start_s: float | None = None
+    prefill_end_s: float | None = None
+    token_s: list[float] = field(default_factory=list)
+    cached: int = 0
+    batch_size: int | None = None
+    outcome: str = "ok"
+    done_s: float | None = None
+    prefilled: int = 0  # prompt tokens computed so far (continuous)
+    prompt_len: int = 0  # tokens to compute before it decodes: the prompt, after a preemption prompt + output
+
+    @property
+    def deadline_s(self) -> float:
+        return self.row["intended_s"] + self.row["timeout_s"]
+
+
+def _rows(table: pd.DataFrame, timeout_s: float) -> list[dict]:
+    rows = table.to_dict("records")
+    for r in rows:
+        r["intended_s"] = float(r["arrival_offset_s"])
+        r["timeout_s"] = timeout_s
+    return sorted(rows, key=lambda r: r["intended_s"])
+
+
+def simulate(
+    table: pd.DataFrame,
+    policy: StaticPolicy | ContinuousPolicy,
+    cost: CostModel,
+    *,
+    timeout_s: float = 30.0,
+    arm: str = SIM_TAG,
+    trial: int = 0,
+    scenario: str = "",
+) -> list[RequestRecord]:
+    """Replay `table` (a workload: arrival offsets, lengths, tenants, priorities, prefixes) through `policy`
+    with `cost`'s step times; one record per row, as a real run's."""
+    rows = _rows(table, timeout_s)
+    reqs = [_Req(row=r, arrival_s=r["intended_s"] + cost.overheads.send_lag_s) for r in rows]
+    if isinstance(policy, StaticPolicy):
+        _run_static(reqs, policy, cost)
+    else:
+        _run_continuous(reqs, policy, cost)
+    return [_record(q, cost, arm, trial, scenario) for q in reqs]
+
+
+def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel) -> None:
+    """The hf worker loop: ask `static_batch` whenever the engine is free; arrivals beyond `max_queue` rejected."""
+    knobs, cached_groups = policy.knobs, set()
+    waiting: dict[str, _Req] = {}
+    now_s, i, n = 0.0, 0, len(reqs)
+    while i < n or waiting:
+        while i < n and reqs[i].arrival_s <= now_s:
+            q = reqs[i]
+            if admit_on_arrival(knobs, len(waiting)):
+                waiting[str(i)] = q
+            else:
+                q.outcome, q.done_s = "rejected", q.arrival_s
+            i += 1
+        for k in [k for k, q in waiting.items() if q.deadline_s <= now_s]:  # the client gave up while it waited
+            waiting.pop(k).outcome = "timeout"
+        items = [Waiting(k, q.arrival_s, int(q.row["priority"])) for k, q in waiting.items()]
+        decision = static_batch(knobs, items, now_s)
+        if decision.batch:
+            batch = [waiting.pop(k) for k in decision.batch]
+            now_s = _static_batch(batch, now_s, cost, _hits(batch, policy.prefix_block_tokens, cached_groups))
+            now_s += cost.overheads.batch_gap_s
+            cached_groups.update(int(q.row["prefix_group"]) for q in batch if int(q.row["prefix_group"]) >= 0)
+            continue
+        nxt = reqs[i].arrival_s if i < n else math.inf
+        now_s = min(nxt, now_s + decision.wait_s) if decision.wait_s is not None else nxt
+        if math.isinf(now_s):
+            break
+
+
+def _hits(batch: Sequence[_Req], block_tokens: int | None, cached_groups: set[int]) -> list[int]:
+    """Prompt tokens each row finds in the prefix cache: its group's shared prefix in whole blocks."""
+    if not block_tokens:
+        return [0] * len(batch)
+    return [
+        (int(q.row["prefix_len"]) // block_tokens) * block_tokens if int(q.row["prefix_group"]) in cached_groups else 0
+        for q in batch
+    ]
+
+
+def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Sequence[int]) -> float:
+    """One left-padded batch admitted at `now_s` (`hits`: cached prompt tokens per row); returns when its last
+    step ends."""
+    lens = [int(q.row["input_len"]) for q in batch]
+    new, cached = padded_rows(lens, hits)
+    start_s = now_s + cost.overheads.admit_s
+    end_s = start_s + cost.prefill_s(sum(new), attn_pairs(new, cached))
+    steps = max(int(q.row["output_len"]) for q in batch)
+    times = [end_s + cost.overheads.first_token_s]
+    size = len(batch)
+    for k in range(1, steps):
+        times.append(times[-1] + cost.decode_s(size, size * (new[0] + max(cached) + k)))
+    for q, hit in zip(batch, hits, strict=True):
+        q.admitted_s, q.prefill_start_s, q.prefill_end_s, q.batch_size = now_s, start_s, end_s, size
+        q.cached = hit
+        q.token_s = times[: max(1, int(q.row["output_len"]))]
+        q.done_s = q.token_s[-1]
+    return times[-1]
+
+
+def _blocks(tokens: int, block_size: int) -> int:
+    return -(-tokens // block_size)
+
+
+@dataclass
+class _Engine:
+    """Continuous-batching state between steps."""
+
+    policy: ContinuousPolicy
+    waiting: list[_Req] = field(default_factory=list)
+    running: list[_Req] = field(default_factory=list)
+    held: dict[int, int] = field(default_factory=dict)  # id(request) -> KV blocks it holds
+    cached_groups: set[int] = field(default_factory=set)
+
+    @property
+    def free_blocks(self) -> float:
+        total = self.policy.kv_blocks
+        return math.inf if total is None else total - sum(self.held.values())
+
+    def context(self, q: _Req) -> int:
+        return int(q.row["input_len"]) + len(q.token_s)
+
+    def prompt(self, q: _Req) -> int:
+        """Tokens to compute before the request decodes: its prompt, or after a preemption prompt + output."""
+        return q.prompt_len or int(q.row["input_len"])
+
+    def release(self, q: _Req) -> None:
+        self.held.pop(id(q), None)
+        if q in self.running:
+            self.running.remove(q)
+
+    def arrive(self, q: _Req) -> None:
+        cap = self.policy.max_queued
+        if cap is not None and len(self.waiting) + len(self.running) >= cap:
+            q.outcome, q.done_s = "rejected", q.arrival_s
+            return
+        self.waiting.append(q)
+        if self.policy.priority:
+            self.waiting.sort(key=lambda w: (int(w.row["priority"]), w.arrival_s))
+
+    def preempt_newest(self) -> None:
+        """Recompute preemption: the newest running request goes back to the front of the queue."""
+        q = self.running.pop()
+        self.held.pop(id(q), None)
+        q.prefilled = 0
+        q.prompt_len = self.context(q)
+        self.waiting.insert(0, q)
+
+
+def _plan_step(e: _Engine) -> list[tuple[_Req, int]]:
+    """The next step's work: (request, prompt tokens computed; 0 = one decode token), running first."""
+    p, plan, budget = e.policy, [], e.policy.max_num_batched_tokens
+    for q in list(e.running):
+        if q not in e.running:
+            continue
+        remaining = e.prompt(q) - q.prefilled
+        if remaining <= 0:
+            while _blocks(e.context(q) + 1, p.block_size) > e.held[id(q)] and e.free_blocks < 1:
+                e.preempt_newest()
+            if q not in e.running:
+                continue
+            e.held[id(q)] = max(e.held[id(q)], _blocks(e.context(q) + 1, p.block_size))
+            plan.append((q, 0))
+            budget -= 1
+        elif budget > 0:
+            chunk = min(remaining, budget) if p.chunked_prefill else (remaining if remaining <= budget else 0)
+            if chunk:
+                plan.append((q, chunk))
+                budget -= chunk
+    while e.waiting and len(e.running) < p.max_num_seqs and budget > 0:
+        q = e.waiting[0]
+        group = int(q.row["prefix_group"])
+        hit = p.prefix_caching and group >= 0 and group in e.cached_groups and not q.token_s
+        cached = (int(q.row.get("prefix_len", 0)) // p.block_size) * p.block_size if hit else 0
+        remaining = e.prompt(q) - cached
+        chunk = min(remaining, budget) if p.chunked_prefill else (remaining if remaining <= budget else 0)
+        need = _blocks(e.prompt(q) + 1, p.block_size)
+        if not chunk or need > e.free_blocks:
+            break
+        e.waiting.pop(0)
+        e.running.append(q)
+        e.held[id(q)] = need
+        q.cached, q.prefilled = (cached, cached) if not q.token_s else (q.cached, 0)
+        plan.append((q, chunk))
+        budget -= chunk
+    return plan
+
+
+def _step_s(e: _Engine, plan: Sequence[tuple[_Req, int]], cost: CostModel) -> float:
+    dec = [q for q, c in plan if c == 0]
+    pre = [(q, c) for q, c in plan if c > 0]
+    ctx = sum(e.context(q) for q in dec)
+    tokens = sum(c for _, c in pre)
+    pairs = sum(c * (q.prefilled + (c + 1) / 2.0) for q, c in pre)
+    return cost.mixed_step_s(len(dec), ctx, tokens, pairs)
+
+
+def _finish_step(e: _Engine, plan: Sequence[tuple[_Req, int]], now_s: float, start_s: float) -> None:
+    """Tokens at the step's end: one per decoding request and per request whose prompt just completed."""
+    batch = len(e.running)
+    for q, chunk in plan:
+        if q.admitted_s is None:
+            q.admitted_s = q.prefill_start_s = start_s
+            q.batch_size = batch
+        if chunk:
+            q.prefilled += chunk
+            if q.prefilled < e.prompt(q):
+                continue
+            if q.prefill_end_s is None:
+                q.prefill_end_s = now_s
+            if int(q.row["prefix_group"]) >= 0:
+                e.cached_groups.add(int(q.row["prefix_group"]))
+        q.token_s.append(now_s)
+        if len(q.token_s) >= max(1, int(q.row["output_len"])):
+            q.done_s = now_s
+            e.release(q)
+
+
+def _run_continuous(reqs: list[_Req], policy: ContinuousPolicy, cost: CostModel) -> None:
+    """vLLM's step loop: arrivals, client timeouts (aborted), one scheduled step, its tokens."""
+    e, now_s, i, n = _Engine(policy), 0.0, 0, len(reqs)
+    while i < n or e.waiting or e.running:
+        while i < n and reqs[i].arrival_s <= now_s:
+            e.arrive(reqs[i])
+            i += 1
+        for q in [q for q in e.waiting + e.running if q.deadline_s <= now_s]:
+            q.outcome = "timeout"
+            e.release(q)
+            if q in e.waiting:
+                e.waiting.remove(q)
+        plan = _plan_step(e)
+        if not plan:
+            if not e.running and e.waiting and i >= n and policy.kv_blocks is not None:
+                for q in e.waiting:  # a prompt larger than the whole KV cache never runs
+                    q.outcome = "error"
+                break
+            now_s = reqs[i].arrival_s if i < n else min(q.deadline_s for q in e.waiting) if e.waiting else now_s
+            if i >= n and not e.waiting:
+                break
+            continue
+        start_s, now_s = now_s, now_s + _step_s(e, plan, cost) + cost.overheads.batch_gap_s
+        _finish_step(e, plan, now_s, start_s)
+
+
+def _record(q: _Req, cost: CostModel, arm: str, trial: int, scenario: str) -> RequestRecord:
+    """The request's record as the load runner would write it (client times = server + delivery)."""
+    row = q.row
+    rec = RequestRecord(
+        request_id=str(row["request_id"]),
+        outcome="ok",
+        input_len=int(row["input_len"]),
+        target_output_len=int(row["output_len"]),
+        tenant=str(row["tenant"]),
+        priority=int(row["priority"]),
+        prefix_group=int(row["prefix_group"]),
+        intended_s=row["intended_s"],
+        sent_s=q.arrival_s,
+        arrival_s=q.arrival_s,
+        run_tag=SIM_TAG,
+        arm=arm,
+        trial=trial,
+        scenario=scenario,
+    )
+    if q.outcome == "error":
+        rec.outcome = "error"
+        rec.error = "error: the prompt needs more KV blocks than the cache has (simulated)"
+        rec.client_done_s = q.arrival_s
+        return rec
+    if q.outcome == "rejected":
+        rec.outcome, rec.error, rec.client_done_s = "rejected", "rejected: queue full (simulated)", q.arrival_s
+        return rec
+    client = [t + cost.overheads.deliver_s for t in q.token_s]
+    seen = [t for t in client if t <= q.deadline_s]
+    timed_out = q.outcome == "timeout" or len(seen) < len(client) or not client
+    rec.admitted_s, rec.context_ready_s, rec.prefill_start_s = q.admitted_s, q.prefill_start_s, q.prefill_start_s
+    rec.prefill_end_s, rec.cached_tokens, rec.batch_size_at_admit = q.prefill_end_s, q.cached, q.batch_size
+    rec.client_token_s = seen
+    rec.client_chunk_s, rec.client_chunk_tokens = list(seen), [1] * len(seen)
+    rec.output_len = len(seen)
+    if timed_out:
+        rec.outcome = "timeout"
+        rec.error = f"not complete within {row['timeout_s']:g} s of its intended send time"
+        rec.client_done_s = q.deadline_s
+        rec.token_s = [t for t in q.token_s if t + cost.overheads.deliver_s <= q.deadline_s]
+        return rec
+    rec.token_s, rec.done_s = list(q.token_s), q.done_s
+    rec.finish_reason, rec.client_done_s = "length", client[-1]
+    return rec
