@@ -29,6 +29,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the op profile in locate: no U
 from prefect import flow, task  # noqa: E402
 
 from inferopt.config import CandidateConfig, ConfigError  # noqa: E402
+from inferopt.config.pin import config_sha256  # noqa: E402
 from inferopt.config.precheck import check_candidate, parse_set_items  # noqa: E402
 from inferopt.config.redact import redacted, secret_values  # noqa: E402
 from inferopt.verdict.lint import CheatRefused, refuse_cheats  # noqa: E402
@@ -38,7 +39,7 @@ from tasks.gate import gate_task  # noqa: E402
 from tasks.locate import locate_task  # noqa: E402
 from tasks.measure import measure_task  # noqa: E402
 from tasks.report import Progress, report_after_failure, report_task  # noqa: E402
-from tasks.tracking import Tracker  # noqa: E402
+from tasks.tracking import RESOLVED_TAG, Tracker  # noqa: E402
 from tasks.validate import validate_task  # noqa: E402
 from tasks.verdict import verdict_task  # noqa: E402
 
@@ -99,7 +100,8 @@ def optimize(
                 "baseline": cfg.baseline.model_dump(mode="json"),
             }
         )
-        tracker.json(redacted(cfg.model_dump(mode="json")), "candidate.resolved.json")  # secrets as ***
+        resolved = tracker.json(redacted(cfg.model_dump(mode="json")), "candidate.resolved.json")  # secrets as ***
+        tracker.tags({RESOLVED_TAG: config_sha256(json.loads(resolved.read_text()))})  # what --accept pins
         if cfg.lint.allow:  # the documented override of the cheat lint: on the run from the start
             tracker.tags(
                 {"inferopt.lint.allow": ",".join(cfg.lint.allow), "inferopt.lint.allow_reason": cfg.lint.reason}

@@ -30,6 +30,7 @@ from inferopt.interop.benchmark_report import write_trial_reports  # noqa: E402
 from inferopt.records import records_to_frame, tokens_to_frame  # noqa: E402
 
 DEFAULT_EXPERIMENT = "inferopt"
+RESOLVED_TAG = "inferopt.resolved_sha256"  # content hash of candidate.resolved.json as the optimize flow logged it
 
 
 def tracking_uri() -> str:
