@@ -233,8 +233,7 @@ def nightly(
             }
         )
     except BaseException:
-        tracker.tags({"inferopt.regression": "error"})
-        tracker.finish(status="FAILED")
+        tracker.fail({"inferopt.regression": "error"})  # never raises over the error being handled
         raise
     if check.regressed:
         tracker.finish(status="FAILED")

@@ -126,8 +126,7 @@ def optimize(
         progress.done()
     except BaseException:
         report_after_failure(tracker)  # the steps that did run, in report.html (not on Ctrl-C)
-        tracker.tags({"inferopt.verdict": "error"})
-        tracker.finish(status="FAILED")
+        tracker.fail({"inferopt.verdict": "error"})  # never raises over the error being handled
         raise
     tracker.finish()
     return {

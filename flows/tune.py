@@ -106,8 +106,7 @@ def tune(
         tracker.json(redacted({k: c.model_dump(mode="json") for k, c in resolved.items()}), "inputs.resolved.json")
         result = tune_task(configs, tb, tracker, knobs)
     except BaseException:
-        tracker.tags({"inferopt.tune.decision": "error"})
-        tracker.finish(status="FAILED")
+        tracker.fail({"inferopt.tune.decision": "error"})  # never raises over the error being handled
         raise
     tracker.finish()
     return {
