@@ -32,6 +32,7 @@ from inferopt.config import CandidateConfig, ConfigError  # noqa: E402
 from inferopt.config.pin import config_sha256  # noqa: E402
 from inferopt.config.precheck import check_candidate, parse_set_items  # noqa: E402
 from inferopt.config.redact import redacted, secret_values  # noqa: E402
+from inferopt.records import RecordWriteError  # noqa: E402
 from inferopt.verdict.lint import CheatRefused, refuse_cheats  # noqa: E402
 from tasks.ablate import ablate_task  # noqa: E402
 from tasks.choose import choose_task  # noqa: E402
@@ -166,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # CheatRefused included
         print(refusal(exc, args.candidate), file=sys.stderr)
         return 2
-    result = optimize(candidate=args.candidate, overrides=overrides or None, compare_with=args.compare_with)
+    try:
+        result = optimize(candidate=args.candidate, overrides=overrides or None, compare_with=args.compare_with)
+    except RecordWriteError as exc:  # disk full: the run stopped; the message says what was kept and the fix
+        print(f"STOPPED: {exc}", file=sys.stderr)
+        return 1
     print(
         json.dumps(
             {"decision": result["decision"], "mlflow_run_id": result["run_id"], "results_dir": result["results_dir"]}

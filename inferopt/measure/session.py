@@ -31,7 +31,7 @@ from inferopt.measure.phases import phase_table
 from inferopt.measure.resources import ResourceSampler, load_window
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
 from inferopt.model.loading import resolve_model_dir
-from inferopt.records import RecordSink, RequestRecord, clock_offset_s
+from inferopt.records import RecordSink, RecordWriteError, RequestRecord, clock_offset_s
 from inferopt.workload.output_lengths import run_mode
 
 
@@ -162,11 +162,14 @@ def run_system(
     prompt_seed: int = 0,
     wrap_engine: Callable[[Any], Any] | None = None,
     engine_factory: EngineFactory = make_engine,
+    open_sink: Callable[[Path], RecordSink] = RecordSink,
 ) -> MeasuredRun:
-    """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
+    """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error; a
+    record that cannot be written (disk full) raises RecordWriteError, with what was kept (`open_sink(path)`
+    makes the sink; tests pass one that fails).
     `engine_factory(system)` builds the engine (default `make_engine`; tests pass a fake); `wrap_engine(engine)`
     returns the engine the runner drives (a wrapper that delegates to it)."""
-    sink = RecordSink(records_path) if records_path else None
+    sink = open_sink(Path(records_path)) if records_path else None
     # only an engine that launches processes (vLLM, pools of them) needs its process tree scanned
     sampler = ResourceSampler(children=system.capabilities.launches_processes)
     try:
@@ -174,6 +177,8 @@ def run_system(
             result, join = asyncio.run(
                 _run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine, engine_factory)
             )
+    except RecordWriteError:
+        raise  # disk full: not a failed arm but a run that must stop, loudly, with what was kept
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
         stage = "run"
         if isinstance(exc, _StartFailed) and exc.__cause__ is not None:
@@ -191,6 +196,8 @@ def run_system(
     finally:
         if sink:
             sink.close()
+    if sink is not None and sink.error is not None:
+        raise sink.error  # the background fsync failed: the records are not safely on disk
     if join.get("kind") == "per_request" and records_path:
         rewrite_records(records_path, result.warmup_records + result.records)
     delta = {
