@@ -11,7 +11,8 @@ would make it look for a GPU; GPU installs named `vllm` are untouched), then run
 "__main__":` — vLLM spawns workers that re-import the main module, and they must not start a second server.
 
 Deliberately not here: any import of `inferopt` (the vLLM virtualenv does not have it), argument building
-(`inferopt.engines.vllm.serve.serve_args`), process management (the engine owns it).
+(`inferopt.engines.vllm.serve.serve_args`), process management (the engine owns it) beyond one watchdog: when
+the process that launched us is gone (SIGKILLed), it stops our whole process group, vLLM's workers included.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from __future__ import annotations
 import importlib.metadata as _md
 import os
 import runpy
+import signal
+import subprocess
 import sys
+import threading
+import time
 
 
 def _patch_version_lookup() -> None:
@@ -53,7 +58,26 @@ def _drop_own_folder_from_path() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
 
 
+def _watch_parent(parent_pid: int, poll_s: float = 0.5, grace_s: float = 10.0) -> None:
+    """A daemon thread: once our parent is gone (we are re-parented), SIGTERM our process group (we lead it:
+    the engine starts us with start_new_session), then SIGKILL what is left of it after `grace_s`."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        group = os.getpgid(0)
+        if group != os.getpid():  # not our own group (run by hand from a shell): stop ourselves only
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        # the SIGKILL that follows comes from a process outside the group (SIGTERM ends this one too)
+        subprocess.Popen(["/bin/sh", "-c", f"sleep {grace_s}; kill -KILL -{group} 2>/dev/null"], start_new_session=True)
+        os.killpg(group, signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
 if __name__ == "__main__":
+    _watch_parent(os.getppid())
     _drop_own_folder_from_path()
     _patch_version_lookup()
     sys.argv = ["vllm.entrypoints.openai.api_server", *sys.argv[1:]]
