@@ -30,14 +30,16 @@ import os, subprocess, sys, time
 sys.path.insert(0, "inferopt/engines/vllm")
 import launch  # the vLLM launcher's watchdog, as it runs before vLLM starts
 launch._watch_parent(os.getppid(), poll_s=0.1, grace_s=1.0)
-worker = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"])
+stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+worker = subprocess.Popen([sys.executable, "-c", stubborn])
 print(worker.pid, flush=True)
 time.sleep(120)
 """
 
 FLOW = """
 import subprocess, sys, time
-server = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, text=True, start_new_session=True)
+cmd = [sys.executable, "-c", sys.argv[1]]
+server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
 print(server.pid, server.stdout.readline().strip(), flush=True)
 time.sleep(120)
 """
