@@ -97,6 +97,36 @@ def mark_stale_runs(client: Any, experiment_id: str, host: str | None = None) ->
     return stale
 
 
+def resumable(client: Any, run_id: str, resolved_sha256: str) -> str | None:
+    """Why `run_id` cannot be resumed with a candidate whose resolved dump hashes to `resolved_sha256`, or None.
+    A RUNNING run whose process is gone is marked KILLED first (`mark_stale_runs`)."""
+    try:
+        run = client.get_run(run_id)
+    except Exception as exc:  # noqa: BLE001 - a wrong id reads as one message
+        return f"--resume {run_id}: no such run ({type(exc).__name__}); fix: the MLflow run id the killed run printed"
+    if run.data.tags.get("inferopt.kind") != "optimize":
+        return f"--resume {run_id}: not an optimize run (kind {run.data.tags.get('inferopt.kind')!r})"
+    if run.info.status == "RUNNING":
+        mark_stale_runs(client, run.info.experiment_id)
+        run = client.get_run(run_id)
+    if run.info.status == "RUNNING":
+        return (
+            f"--resume {run_id}: still running (process {run.data.tags.get('inferopt.pid')} on "
+            f"{run.data.tags.get('inferopt.host')}); fix: wait for it, or stop it first"
+        )
+    if run.info.status == "FINISHED":
+        verdict = run.data.tags.get("inferopt.verdict")
+        return f"--resume {run_id}: it finished; nothing to resume (its verdict is {verdict!r})"
+    logged = run.data.tags.get(RESOLVED_TAG)
+    if logged != resolved_sha256:
+        return (
+            f"--resume {run_id}: the candidate resolves to another configuration than the run's (sha256 "
+            f"{resolved_sha256[:12]}… vs {str(logged)[:12]}…); fix: resume with the killed run's candidate file "
+            "and --set values"
+        )
+    return None
+
+
 def _before_anything_runs(create: Callable[[], Any], uri: str, backoff: Backoff) -> Any:
     """`create()` retried while MLflow is unreachable; then a loud TrackingUnavailable (nothing has run)."""
     for delay in [*backoff.delays_s(), None]:
@@ -190,6 +220,39 @@ class Tracker:
             parent_run_id=run_id,
             experiment_id=exp_id,
             results_root=Path(results_root),
+            uri=uri,
+            client_factory=client_factory,
+            **({"backoff": backoff} if backoff else {}),
+        )
+        tracker.results_dir.mkdir(parents=True, exist_ok=True)
+        return tracker
+
+    @classmethod
+    def resume(
+        cls,
+        run_id: str,
+        results_root: str | Path | None = None,
+        client_factory: Callable[..., Any] = MlflowClient,
+        backoff: Backoff | None = None,
+    ) -> "Tracker":
+        """Reopen the parent run `run_id` of a killed or failed flow (`resumable` checked it): RUNNING again,
+        owned by this process, `inferopt.resumed` counting the resumptions; new children are created."""
+        uri = tracking_uri()
+        client = client_factory(tracking_uri=uri)
+        run = client.get_run(run_id)
+        client.update_run(run_id, status="RUNNING")
+        n = int(run.data.tags.get("inferopt.resumed", "0") or 0) + 1
+        owner = {
+            "inferopt.host": socket.gethostname(),
+            "inferopt.pid": str(os.getpid()),
+            "inferopt.pid_start": _started(),
+        }
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in {**owner, "inferopt.resumed": str(n)}.items()])
+        root = Path(results_root or os.environ.get("INFEROPT_RESULTS", "results"))
+        tracker = cls(
+            parent_run_id=run_id,
+            experiment_id=run.info.experiment_id,
+            results_root=root,
             uri=uri,
             client_factory=client_factory,
             **({"backoff": backoff} if backoff else {}),
