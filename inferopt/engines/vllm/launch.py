@@ -11,8 +11,8 @@ would make it look for a GPU; GPU installs named `vllm` are untouched), then run
 "__main__":` — vLLM spawns workers that re-import the main module, and they must not start a second server.
 
 Deliberately not here: any import of `inferopt` (the vLLM virtualenv does not have it), argument building
-(`inferopt.engines.vllm.serve.serve_args`), process management (the engine owns it) beyond one watchdog: when
-the process that launched us is gone (SIGKILLed), it stops our whole process group, vLLM's workers included.
+(`inferopt.engines.vllm.serve.serve_args`), process management (the engine owns it) beyond one guard: when the
+process that launched us is gone (SIGKILLed), it stops our whole process group, vLLM's workers included.
 """
 
 from __future__ import annotations
@@ -20,11 +20,8 @@ from __future__ import annotations
 import importlib.metadata as _md
 import os
 import runpy
-import signal
 import subprocess
 import sys
-import threading
-import time
 
 
 def _patch_version_lookup() -> None:
@@ -58,22 +55,19 @@ def _drop_own_folder_from_path() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
 
 
-def _watch_parent(parent_pid: int, poll_s: float = 0.5, grace_s: float = 10.0) -> None:
-    """A daemon thread: once our parent is gone (we are re-parented), SIGTERM our process group (we lead it:
-    the engine starts us with start_new_session), then SIGKILL what is left of it after `grace_s`."""
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(poll_s)
-        group = os.getpgid(0)
-        if group != os.getpid():  # not our own group (run by hand from a shell): stop ourselves only
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-        # the SIGKILL that follows comes from a process outside the group (SIGTERM ends this one too)
-        subprocess.Popen(["/bin/sh", "-c", f"sleep {grace_s}; kill -KILL -{group} 2>/dev/null"], start_new_session=True)
-        os.killpg(group, signal.SIGTERM)
-
-    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+def _watch_parent(parent_pid: int, poll_s: float = 0.5, grace_s: float = 10.0) -> subprocess.Popen:
+    """A guard outside our process group (we lead it: the engine starts us with start_new_session): once our
+    parent is gone while the group lives, it SIGTERMs the group, then SIGKILLs what is left after `grace_s`.
+    Outside the group, so it outlives us: the parent-death SIGTERM may already have ended this process."""
+    group = os.getpgid(0)
+    if group != os.getpid():  # not our own group (run by hand from a shell): the shell's job control applies
+        raise SystemExit("launch.py must lead its process group (start it with start_new_session)")
+    script = (
+        f"while kill -0 {parent_pid} 2>/dev/null && kill -0 -{group} 2>/dev/null; do sleep {poll_s}; done; "
+        f"kill -0 -{group} 2>/dev/null || exit 0; kill -TERM -{group} 2>/dev/null; sleep {grace_s}; "
+        f"kill -KILL -{group} 2>/dev/null"
+    )
+    return subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":
