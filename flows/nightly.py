@@ -37,6 +37,7 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from prefect import flow  # noqa: E402
 
+from flows.reaper import start_reaper  # noqa: E402
 from inferopt.ablate.dispatch import run_arm_trials, trial_config  # noqa: E402
 from inferopt.ablate.regression import ACCEPTED, compare_to_accepted, trials_from_ablation, trials_from_runs  # noqa: E402
 from inferopt.config import CandidateConfig, ConfigError, set_dotted  # noqa: E402
@@ -280,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             name="nightly", schedule=Cron(args.cron, timezone="UTC"), parameters={"experiment": args.experiment}
         )
         return 0
+    start_reaper()  # a SIGKILL of this process leaves nothing it started running
     try:
         result = nightly(experiment=args.experiment)
     except NightlyRegression as exc:

@@ -29,6 +29,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the op profile in locate: no U
 from mlflow.tracking import MlflowClient  # noqa: E402
 from prefect import flow, task  # noqa: E402
 
+from flows.reaper import start_reaper  # noqa: E402
 from inferopt.ablate.resume import TRIALS, archive_attempt  # noqa: E402
 from inferopt.config import CandidateConfig, ConfigError  # noqa: E402
 from inferopt.config.pin import config_sha256  # noqa: E402
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(why, file=sys.stderr)
             return 2
+    start_reaper()  # a SIGKILL of this process leaves nothing it started running (Prefect's own server included)
     try:
         result = optimize(
             candidate=args.candidate,

@@ -1,0 +1,23 @@
+"""The heavy faults, each injected for real and bounded: the MLflow server stopped for 20 s in the middle of a run
+(everything logged meanwhile reaches MLflow once it is back), and the optimize flow SIGKILLed mid-ablation, then
+`--resume <run id>` (the killed attempt's runs marked KILLED with the reason, the finished trials loaded with all
+their records, the rest rerun, the run finished; nothing orphaned)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faultkit
+import pytest
+
+
+@pytest.mark.slow  # ~45 s: two MLflow server starts around a 20 s outage
+def test_mlflow_server_stopped_for_20_s_mid_run_loses_nothing(tmp_path: Path) -> None:
+    out = faultkit.mlflow_outage(tmp_path, outage_s=20.0)
+    assert out.survived and out.records_lost == 0, out.detail
+
+
+@pytest.mark.slow  # ~90 s: two runs of the optimize CLI on the fake engine (Prefect and MLflow start each time)
+def test_sigkill_mid_ablation_then_resume_keeps_every_trial(tmp_path: Path) -> None:
+    out = faultkit.kill_and_resume(tmp_path)
+    assert out.survived and out.records_lost == 0 and out.orphans == 0, out.detail
