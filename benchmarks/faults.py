@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/faults.py [--only NAME] [--outage-s 20]
 
-Scenarios: the MLflow server stopped mid-run and started again (`mlflow_outage`), a disk that fills under the
+Scenarios: the MLflow endpoint down mid-run, then back (`mlflow_outage`: a real `mlflow server` behind a TCP
+forwarder that is cut), a disk that fills under the
 record writer (`disk_full`), a process SIGKILLed with a server it launched (`sigkill_server_parent`) and with
 the vLLM launcher and a worker that ignores SIGTERM (`sigkill_vllm_launcher_group`), the optimize flow
 SIGKILLed mid-ablation and resumed with --resume (`sigkill_ablation_resume`). One line per scenario, then, as
@@ -33,7 +34,7 @@ import faultkit  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run the scenarios whose name contains this")
-    parser.add_argument("--outage-s", type=float, default=20.0, help="how long the MLflow server stays down")
+    parser.add_argument("--outage-s", type=float, default=20.0, help="how long the MLflow endpoint stays down")
     args = parser.parse_args(argv)
     scenarios = {**faultkit.SCENARIOS, "mlflow_outage": partial(faultkit.mlflow_outage, outage_s=args.outage_s)}
     outcomes = []

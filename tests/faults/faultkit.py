@@ -1,13 +1,15 @@
-"""Faults injected for real, each bounded in time, shared by tests/faults/ and benchmarks/faults.py: an MLflow server
-stopped mid-run and started again, a disk that fills (ENOSPC from the record writer), a flow SIGKILLed with its
-servers running, a flow SIGKILLed mid-ablation and resumed with --resume. Each returns an `Outcome`: survived
-(the run's data all there, the failure loud where it must stop), records lost, processes orphaned, the detail.
+"""Faults injected for real, each bounded in time, shared by tests/faults/ and benchmarks/faults.py: the MLflow
+endpoint cut mid-run and back (a TCP forwarder in front of a real `mlflow server`), a disk that fills (ENOSPC
+from the record writer), a process SIGKILLed with its servers running, the optimize flow SIGKILLed mid-ablation
+and resumed with --resume. Each returns an `Outcome`: survived (the run's data all there, the failure loud
+where it must stop), records lost, processes orphaned, the detail.
 
 Deliberately not here: assertions (the tests make them), the summary line (the benchmark prints it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -15,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,22 +120,75 @@ def stop_mlflow(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+class Cut:
+    """A TCP forwarder 127.0.0.1:`port` -> 127.0.0.1:`upstream`: the tracking endpoint a run talks to. `down()`
+    closes the listener and every open connection (clients get connection refused, as from a stopped server);
+    `up()` listens again on the same port. The server behind it keeps running: an MLflow server takes ~50 s to
+    start on this loaded box, and a network outage is what a client sees of a stopped server."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream, self.port = upstream, free_port()
+        self.conns: list[socket.socket] = []
+        self.listener: socket.socket | None = None
+        self.up()
+
+    def up(self) -> None:
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(64)
+        self.listener = ls
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+
+    def down(self) -> None:
+        ls, self.listener = self.listener, None
+        if ls is not None:
+            with contextlib.suppress(OSError):
+                ls.shutdown(socket.SHUT_RDWR)  # wakes the accept() that close() alone would leave listening
+            ls.close()
+        for c in self.conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            c.close()
+        self.conns.clear()
+
+    def _accept(self, ls: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            self.conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+
 def mlflow_outage(tmp: Path, outage_s: float = 20.0) -> Outcome:
-    """A run logs while its MLflow server is stopped for `outage_s`, then started again: every param, metric
-    step, child run, tag and artifact logged during the outage must be in MLflow at the end."""
+    """A run logs while its MLflow endpoint is down for `outage_s`, then back: every param, metric step, child
+    run, tag and artifact logged during the outage must be in MLflow at the end."""
     t0 = time.monotonic()
     store, port = tmp / "mlflow-server", free_port()
     store.mkdir(parents=True)
-    uri = f"http://127.0.0.1:{port}"
+    server = start_mlflow(store, port)
+    cut = Cut(port)
+    uri = f"http://127.0.0.1:{cut.port}"
     old = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = uri
-    server = start_mlflow(store, port)
     try:
         tr = Tracker.start(
             "outage", experiment="faults", results_root=tmp / "results", backoff=Backoff(2, 0.2, 0.5, 1.0)
         )
         tr.params({"before": 1})
-        stop_mlflow(server)
+        cut.down()
         steps, down_until = 0, time.monotonic() + outage_s
         child = tr.child("4-ablate")
         tr.params({"during": 2}, "4-ablate")
@@ -142,7 +198,8 @@ def mlflow_outage(tmp: Path, outage_s: float = 20.0) -> Outcome:
             time.sleep(0.5)
         tr.json({"steps": steps}, "during.json", "4-ablate")
         tr.finish("4-ablate")
-        server = start_mlflow(store, port)
+        buffered = len(tr.outbox.pending())
+        cut.up()
         tr.metrics({"after": 1.0})
         tr.finish()
         c = MlflowClient(tracking_uri=uri)
@@ -152,10 +209,16 @@ def mlflow_outage(tmp: Path, outage_s: float = 20.0) -> Outcome:
         lost += 0 if kid and [a.path for a in c.list_artifacts(kid)] == ["during.json"] else 1
         parent = c.get_run(tr.parent_run_id)
         lost += 0 if parent.data.params.get("before") == "1" and "after" in parent.data.metrics else 1
-        ok = lost == 0 and parent.info.status == "FINISHED" and c.get_run(kid).info.status == "FINISHED"
-        detail = f"{steps} metric steps, a child run and an artifact logged during a {outage_s:.0f} s outage"
+        ok = (
+            lost == 0 and buffered > 0 and parent.info.status == "FINISHED" and c.get_run(kid).info.status == "FINISHED"
+        )
+        detail = (
+            f"{steps} metric steps, a child run and an artifact logged during a {outage_s:.0f} s outage "
+            f"({buffered} calls buffered, replayed when it was back)"
+        )
         return Outcome("mlflow_outage", ok, lost, 0, detail, time.monotonic() - t0)
     finally:
+        cut.down()
         stop_mlflow(server)
         if old is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
