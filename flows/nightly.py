@@ -5,14 +5,11 @@
     python -m flows.nightly --serve --cron "0 2 * * *"     # serve deployment nightly/nightly on a schedule
     prefect deploy --all                                   # or: prefect.yaml's `nightly` on the work pool
 
-Production is the `optimize` parent run tagged `inferopt.accepted = true` (exactly one: `accept_run` clears the
-tag on the run it replaces). Tonight its resolved candidate replays the same workload and
-`inferopt.ablate.regression` compares the trials with the accepted ones; the baseline stays the promoted run,
-so a slow drift cannot creep in. Only what was reviewed runs: `--accept` pins the content hash of the run's
-candidate.resolved.json (tag `inferopt.accepted_sha256`, checked against the hash the optimize flow logged),
-and tonight's run refuses a resolved config whose hash differs, or overrides of `python`, `extra_args` or
-`extra_env` (`inferopt.config.pin`). A regression ends the MLflow run FAILED and raises `NightlyRegression`, so the
-Prefect flow run fails and `prefect deployment run nightly/nightly --watch` exits non-zero.
+Production is the `optimize` run tagged `inferopt.accepted = true` (one: `accept_run` clears the tag it
+replaces, and pins the sha256 of candidate.resolved.json; a changed one, or overrides of `python`, `extra_args`,
+`extra_env`, are refused: `inferopt.config.pin`). Tonight that candidate replays the same workload and
+`inferopt.ablate.regression` compares the trials with the accepted ones (the baseline stays the promoted run:
+no slow drift creeps in); a regression ends the MLflow run FAILED and raises `NightlyRegression`.
 
 Deliberately not here: the statistics (`inferopt.ablate.regression`), running trials (`inferopt.ablate.dispatch`).
 """

@@ -10,9 +10,8 @@ would make it look for a GPU; GPU installs named `vllm` are untouched), then run
 (our engine.py and serve.py there must not shadow vLLM's modules). Everything runs under `if __name__ ==
 "__main__":` — vLLM spawns workers that re-import the main module, and they must not start a second server.
 
-Deliberately not here: any import of `inferopt` (the vLLM virtualenv does not have it), argument building
-(`inferopt.engines.vllm.serve.serve_args`), process management (the engine owns it) beyond one guard: when the
-process that launched us is gone (SIGKILLed), it stops our whole process group, vLLM's workers included.
+Not here: any import of `inferopt` (the vLLM virtualenv lacks it), argument building (`serve.serve_args`),
+process management (the engine's) beyond a guard that stops our group once our parent is gone (SIGKILLed).
 """
 
 from __future__ import annotations
