@@ -194,11 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print(refusal(exc, args.candidate), file=sys.stderr)
         return 2
     if args.resume:
-        why = resumable(
-            MlflowClient(tracking_uri=tracking_uri()),
-            args.resume,
-            config_sha256(redacted(_cfg.model_dump(mode="json"))),
-        )
+        why = resumable(MlflowClient(tracking_uri=tracking_uri()), args.resume, resolved_sha256(_cfg))
         if why:
             print(why, file=sys.stderr)
             return 2
