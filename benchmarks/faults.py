@@ -3,14 +3,16 @@
     .venv/bin/python benchmarks/faults.py [--only NAME] [--outage-s 20]
 
 Scenarios: the MLflow endpoint down mid-run, then back (`mlflow_outage`: a real `mlflow server` behind a TCP
-forwarder that is cut), a disk that fills under the
-record writer (`disk_full`), a process SIGKILLed with a server it launched (`sigkill_server_parent`) and with
-the vLLM launcher and a worker that ignores SIGTERM (`sigkill_vllm_launcher_group`), the optimize flow
+forwarder that is cut), a disk that fills under the record writer (`disk_full`), an engine call that never
+returns (`hung_engine`: the run deadline), a process SIGKILLed with a server it launched
+(`sigkill_server_parent`) and with the vLLM launcher and a worker that ignores SIGTERM
+(`sigkill_vllm_launcher_group`), the optimize flow
 SIGKILLed mid-ablation and resumed with --resume (`sigkill_ablation_resume`). One line per scenario, then, as
 the LAST line, one JSON object: {"scenarios": n, "survived": k, "records_lost": r, "orphans": o, ...} with
 each scenario's outcome under "per_scenario".
 
-Deliberately not here: a vLLM server killed mid-trial (needs the vLLM build and a model; not run here).
+Deliberately not here: a real vLLM server killed mid-trial (needs the vLLM build and a model); the rule it
+follows (ServerDied fails the trial) is tested with an engine that reports it (tests/faults/test_fault_hung_engine.py).
 """
 
 from __future__ import annotations

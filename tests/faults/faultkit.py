@@ -1,14 +1,15 @@
 """Faults injected for real, each bounded in time, shared by tests/faults/ and benchmarks/faults.py: the MLflow
 endpoint cut mid-run and back (a TCP forwarder in front of a real `mlflow server`), a disk that fills (ENOSPC
-from the record writer), a process SIGKILLed with its servers running, the optimize flow SIGKILLed mid-ablation
-and resumed with --resume. Each returns an `Outcome`: survived (the run's data all there, the failure loud
-where it must stop), records lost, processes orphaned, the detail.
+from the record writer), an engine call that never returns, a process SIGKILLed with its servers running, the
+optimize flow SIGKILLed mid-ablation and resumed with --resume. Each returns an `Outcome`: survived (the
+run's data all there, the failure loud where it must stop), records lost, processes orphaned, the detail.
 
 Deliberately not here: assertions (the tests make them), the summary line (the benchmark prints it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -21,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from mlflow.tracking import MlflowClient
@@ -270,6 +272,54 @@ def disk_full(tmp: Path, fill_after: int = 40) -> Outcome:
     return Outcome("disk_full", ok, fill_after - kept, 0, detail, time.monotonic() - t0)
 
 
+# ---------------------------------------------------------------------------------------------- hung engine
+
+
+class Wrapped:
+    """An engine with some of its methods replaced (the rest delegated to `inner`)."""
+
+    def __init__(self, inner: Any, **replaced: Any) -> None:
+        self.inner, self.replaced = inner, replaced
+
+    def __getattr__(self, name: str) -> Any:
+        return self.replaced.get(name) or getattr(self.inner, name)
+
+
+def scrape_hangs_after_the_load(inner: Any) -> Wrapped:
+    """The engine's `/metrics` scrape after the load never answers (a wedged server)."""
+    calls = {"n": 0}
+
+    async def server_metrics() -> dict[str, float]:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            await asyncio.sleep(3600)
+        return await inner.server_metrics()
+
+    return Wrapped(inner, server_metrics=server_metrics)
+
+
+def hung_engine(tmp: Path, deadline_s: float = 3.0) -> Outcome:
+    """An engine call that never returns: the run-level deadline must fail the trial (RunDeadline) within
+    bounded time, with every finished request's record on disk."""
+    t0 = time.monotonic()
+    path = tmp / "hung" / "requests.jsonl"
+    table = build_workload(WorkloadConfig(name="h", num_requests=20, arrival=ConstantArrivals(rate_per_s=40)))
+    run = run_system(
+        FakeSystem(),
+        table,
+        RunTags(arm="x"),
+        timeout_s=1.0,
+        records_path=path,
+        wrap_engine=scrape_hangs_after_the_load,
+        deadline_s=deadline_s,
+    )
+    took_s = time.monotonic() - t0
+    kept = len(read_records(path))
+    ok = run.failed and (run.error or "").startswith("RunDeadline") and took_s < deadline_s + 7 and kept == len(table)
+    detail = f"trial failed after {took_s:.1f} s: {(run.error or 'not failed').splitlines()[0][:80]}"
+    return Outcome("hung_engine", ok, len(table) - kept, 0, detail, took_s)
+
+
 # ---------------------------------------------------------------------------------------------- parent death
 
 REPLICA = """
@@ -425,6 +475,7 @@ def kill_and_resume(tmp: Path, after_trials: int = 3, timeout_s: float = 400.0) 
 SCENARIOS = {
     "mlflow_outage": mlflow_outage,
     "disk_full": disk_full,
+    "hung_engine": hung_engine,
     "sigkill_server_parent": servers_die_with_parent,
     "sigkill_vllm_launcher_group": vllm_group_dies_with_flow,
     "sigkill_ablation_resume": kill_and_resume,

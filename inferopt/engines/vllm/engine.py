@@ -253,7 +253,11 @@ class VLLMEngine(EngineBase):
         self._stopped = True
 
     def info(self) -> dict[str, Any]:
-        return dict(self._info)
+        """What the engine knows of itself; `server_died` (the exit code) once the server exited before `stop`."""
+        out = dict(self._info)
+        if self.proc is not None and not self._stopped and self.proc.poll() is not None:
+            out["server_died"] = self.proc.returncode
+        return out
 
     async def server_metrics(self) -> dict[str, float]:
         """`/metrics` as `vllm_metrics` flattens it. If warm-up requests ran since the last prefix-cache
