@@ -268,7 +268,7 @@ def disk_full(tmp: Path, fill_after: int = 40) -> Outcome:
     complete = sum(1 for line in lines if line.endswith("\n"))
     kept = len(read_records(path))
     ok = bool(loud) and kept == fill_after == complete == len(lines) and time.monotonic() - t0 < 10
-    detail = f"stopped loudly: {loud[:90]}…" if loud else "NOT stopped: the run went on without its records"
+    detail = f"stopped loudly: … {loud[loud.find('Kept:') :][:70]}…" if loud else "NOT stopped: went on without records"
     return Outcome("disk_full", ok, fill_after - kept, 0, detail, time.monotonic() - t0)
 
 
