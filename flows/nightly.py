@@ -5,11 +5,11 @@
     python -m flows.nightly --serve --cron "0 2 * * *"     # serve deployment nightly/nightly on a schedule
     prefect deploy --all                                   # or: prefect.yaml's `nightly` on the work pool
 
-Production is the `optimize` parent run tagged `inferopt.accepted = true` (exactly one: `accept_run` clears the
-tag on the run it replaces). Tonight its resolved candidate replays the same workload and
-`inferopt.ablate.regression` compares the trials with the accepted ones; the baseline stays the promoted run,
-so a slow drift cannot creep in. A regression ends the MLflow run FAILED and raises `NightlyRegression`, so the
-Prefect flow run fails and `prefect deployment run nightly/nightly --watch` exits non-zero.
+Production is the `optimize` run tagged `inferopt.accepted = true` (one: `accept_run` clears the tag it
+replaces, and pins the sha256 of candidate.resolved.json; a changed one, or overrides of `python`, `extra_args`,
+`extra_env`, are refused: `inferopt.config.pin`). Tonight that candidate replays the same workload and
+`inferopt.ablate.regression` compares the trials with the accepted ones (the baseline stays the promoted run:
+no slow drift creeps in); a regression ends the MLflow run FAILED and raises `NightlyRegression`.
 
 Deliberately not here: the statistics (`inferopt.ablate.regression`), running trials (`inferopt.ablate.dispatch`).
 """
@@ -34,15 +34,19 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from prefect import flow  # noqa: E402
 
+from flows.reaper import start_reaper  # noqa: E402
 from inferopt.ablate.dispatch import run_arm_trials, trial_config  # noqa: E402
 from inferopt.ablate.regression import ACCEPTED, compare_to_accepted, trials_from_ablation, trials_from_runs  # noqa: E402
 from inferopt.config import CandidateConfig, ConfigError, set_dotted  # noqa: E402
+from inferopt.config.pin import check_pinned, config_sha256  # noqa: E402
 from inferopt.config.redact import redacted_flat, redacted_paths  # noqa: E402
 from inferopt.measure.slices import headline  # noqa: E402
 from inferopt.measure.slo import RequestSLO  # noqa: E402
-from tasks.tracking import DEFAULT_EXPERIMENT, Tracker, tracking_uri  # noqa: E402
+from tasks.tracking import DEFAULT_EXPERIMENT, RESOLVED_TAG, Tracker, tracking_uri  # noqa: E402
 
 ACCEPTED_TAG = "inferopt.accepted"
+PINNED_TAG = "inferopt.accepted_sha256"  # content hash of candidate.resolved.json, pinned by accept_run
+RESOLVED = "candidate.resolved.json"
 ABLATE_CHILD = "4-ablate"
 
 
@@ -93,10 +97,18 @@ def accept_run(client: MlflowClient, run_id: str, by: str = "", reason: str = ""
         previous = find_accepted_run(client, exp_name)
     except LookupError:
         previous = None
+    pinned = resolved_sha256(client, run_id)
+    logged = run.data.tags.get(RESOLVED_TAG)
+    if logged and logged != pinned:
+        raise ValueError(
+            f"run {run_id}: {RESOLVED} has sha256 {pinned[:12]}… but the optimize flow logged {logged[:12]}…: "
+            "the artifact changed after the run; fix: run the candidate again and promote that run"
+        )
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     if previous and previous != run_id:
         client.set_tag(previous, ACCEPTED_TAG, "false")
         client.set_tag(previous, "inferopt.superseded_by", run_id)
+    client.set_tag(run_id, PINNED_TAG, pinned)
     client.set_tag(run_id, ACCEPTED_TAG, "true")
     client.set_tag(run_id, "inferopt.accepted_at", now)
     client.set_tag(run_id, "inferopt.accepted_by", by or os.environ.get("USER", "unknown"))
@@ -105,12 +117,19 @@ def accept_run(client: MlflowClient, run_id: str, by: str = "", reason: str = ""
     return previous if previous != run_id else None
 
 
+def resolved_sha256(client: MlflowClient, run_id: str) -> str:
+    """The content hash (`config_sha256`) of the run's candidate.resolved.json as stored now."""
+    with tempfile.TemporaryDirectory(prefix="inferopt-pin-") as tmp:
+        return config_sha256(json.loads(Path(client.download_artifacts(run_id, RESOLVED, tmp)).read_text()))
+
+
 def load_accepted(
     client: MlflowClient, run_id: str, overrides: dict[str, Any] | None
 ) -> tuple[CandidateConfig, pd.DataFrame]:
     """The accepted run's resolved candidate (with `overrides`) and its `candidate` arm's trials."""
     with tempfile.TemporaryDirectory(prefix="inferopt-accepted-") as tmp:
-        resolved = json.loads(Path(client.download_artifacts(run_id, "candidate.resolved.json", tmp)).read_text())
+        reviewed = json.loads(Path(client.download_artifacts(run_id, RESOLVED, tmp)).read_text())
+        resolved = json.loads(json.dumps(reviewed))
         for dotted, value in (overrides or {}).items():
             set_dotted(resolved, dotted, value, what="the accepted candidate")
         hidden = redacted_paths(resolved)
@@ -119,6 +138,8 @@ def load_accepted(
                 f"candidate.resolved.json of run {run_id}: fields {hidden} were redacted when logged (secrets); "
                 "fix: pass each as an override, e.g. overrides={" + repr(hidden[0]) + ": <value>}"
             )
+        pinned = client.get_run(run_id).data.tags.get(PINNED_TAG)
+        check_pinned(reviewed, pinned, overrides, where=f"{RESOLVED} of accepted run {run_id}")
         cfg = trial_config(resolved)
         children = client.search_runs(
             [client.get_run(run_id).info.experiment_id],
@@ -210,8 +231,7 @@ def nightly(
             }
         )
     except BaseException:
-        tracker.tags({"inferopt.regression": "error"})
-        tracker.finish(status="FAILED")
+        tracker.fail({"inferopt.regression": "error"})  # never raises over the error being handled
         raise
     if check.regressed:
         tracker.finish(status="FAILED")
@@ -258,11 +278,15 @@ def main(argv: list[str] | None = None) -> int:
             name="nightly", schedule=Cron(args.cron, timezone="UTC"), parameters={"experiment": args.experiment}
         )
         return 0
+    start_reaper()  # a SIGKILL of this process leaves nothing it started running
     try:
         result = nightly(experiment=args.experiment)
     except NightlyRegression as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    except ConfigError as exc:  # the pinned config changed, or an override of an executable field
+        print(f"not run: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(result))
     return 0
 

@@ -26,11 +26,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the op profile in locate: no USDT chatter on stdout
 
+from mlflow.tracking import MlflowClient  # noqa: E402
 from prefect import flow, task  # noqa: E402
 
+from flows.reaper import start_reaper  # noqa: E402
+from inferopt.ablate.resume import TRIALS, archive_attempt  # noqa: E402
 from inferopt.config import CandidateConfig, ConfigError  # noqa: E402
+from inferopt.config.pin import config_sha256  # noqa: E402
 from inferopt.config.precheck import check_candidate, parse_set_items  # noqa: E402
 from inferopt.config.redact import redacted, secret_values  # noqa: E402
+from inferopt.records import RecordWriteError  # noqa: E402
 from inferopt.verdict.lint import CheatRefused, refuse_cheats  # noqa: E402
 from tasks.ablate import ablate_task  # noqa: E402
 from tasks.choose import choose_task  # noqa: E402
@@ -38,7 +43,8 @@ from tasks.gate import gate_task  # noqa: E402
 from tasks.locate import locate_task  # noqa: E402
 from tasks.measure import measure_task  # noqa: E402
 from tasks.report import Progress, report_after_failure, report_task  # noqa: E402
-from tasks.tracking import Tracker  # noqa: E402
+from tasks.tracking import RESOLVED_TAG, Tracker, resumable, tracking_uri  # noqa: E402
+from tasks.tracking_buffer import IDS, PENDING  # noqa: E402
 from tasks.validate import validate_task  # noqa: E402
 from tasks.verdict import verdict_task  # noqa: E402
 
@@ -64,6 +70,11 @@ def refusal(exc: ConfigError, candidate: str) -> str:
     return f"{candidate}: {exc}" if isinstance(exc, CheatRefused) else f"config error: {exc}"
 
 
+def resolved_sha256(cfg: CandidateConfig) -> str:
+    """The content hash of candidate.resolved.json as the flow logs it (secrets redacted)."""
+    return config_sha256(json.loads(json.dumps(redacted(cfg.model_dump(mode="json")), default=str)))
+
+
 @task(name="load-config")
 def load_candidate(candidate: str, overrides: dict[str, Any] | None = None) -> CandidateConfig:
     return precheck(candidate, overrides)
@@ -75,16 +86,30 @@ def optimize(
     overrides: dict[str, Any] | None = None,
     experiment: str = "inferopt",
     compare_with: str | None = None,
+    resume: str | None = None,
 ) -> dict[str, Any]:
     """Judge one candidate optimization. `candidate` is a YAML path (relative to the working directory);
     `overrides` sets dotted fields, e.g. {"workload.num_requests": 16}. The report ends with this run beside
-    `compare_with` (an MLflow run id or results directory), by default the previous run of the same candidate."""
+    `compare_with` (an MLflow run id or results directory), by default the previous run of the same candidate.
+    `resume`: the MLflow run id of a killed run of the same candidate: the run is reopened, what it wrote moves
+    to `results/<run>/attempt-<k>/`, the steps run again, and the ablation loads the trials it had finished
+    instead of rerunning them."""
     cfg = load_candidate(candidate, overrides)
-    tracker = Tracker.start(
-        run_name=cfg.name,
-        experiment=experiment,
-        tags={"inferopt.candidate": cfg.name, "inferopt.config_path": str(candidate)},
-    )
+    resume_from = None
+    if resume:
+        why = resumable(MlflowClient(tracking_uri=tracking_uri()), resume, resolved_sha256(cfg))
+        if why:
+            raise ConfigError(why)
+        tracker = Tracker.resume(resume)
+        archived = archive_attempt(tracker.results_dir, keep=(PENDING, IDS))
+        resume_from = archived / "4-ablate" / TRIALS if archived else None
+        print(f"[optimize] resuming MLflow run {resume}; the killed attempt's files are in {archived}")
+    else:
+        tracker = Tracker.start(
+            run_name=cfg.name,
+            experiment=experiment,
+            tags={"inferopt.candidate": cfg.name, "inferopt.config_path": str(candidate)},
+        )
     print(f"[optimize] MLflow run {tracker.parent_run_id}; results in {tracker.results_dir}")
     progress = Progress(total=6)  # one line per step with the elapsed time
     report = None
@@ -99,7 +124,8 @@ def optimize(
                 "baseline": cfg.baseline.model_dump(mode="json"),
             }
         )
-        tracker.json(redacted(cfg.model_dump(mode="json")), "candidate.resolved.json")  # secrets as ***
+        resolved = tracker.json(redacted(cfg.model_dump(mode="json")), "candidate.resolved.json")  # secrets as ***
+        tracker.tags({RESOLVED_TAG: config_sha256(json.loads(resolved.read_text()))})  # what --accept pins
         if cfg.lint.allow:  # the documented override of the cheat lint: on the run from the start
             tracker.tags(
                 {"inferopt.lint.allow": ",".join(cfg.lint.allow), "inferopt.lint.allow_reason": cfg.lint.reason}
@@ -112,7 +138,7 @@ def optimize(
         progress.step("choose")
         choice = choose_task(cfg, located, tracker)
         progress.step("ablate")
-        ablation = ablate_task(cfg, tracker)
+        ablation = ablate_task(cfg, tracker, resume_from=resume_from)
         progress.step("validate")
         scenarios = validate_task(cfg, tracker, arm="candidate")
         progress.step("gate")
@@ -124,8 +150,7 @@ def optimize(
         progress.done()
     except BaseException:
         report_after_failure(tracker)  # the steps that did run, in report.html (not on Ctrl-C)
-        tracker.tags({"inferopt.verdict": "error"})
-        tracker.finish(status="FAILED")
+        tracker.fail({"inferopt.verdict": "error"})  # never raises over the error being handled
         raise
     tracker.finish()
     return {
@@ -154,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RUN",
         help="the report compares this run with RUN (MLflow run id or results dir); default: the candidate's last run",
     )
+    parser.add_argument(
+        "--resume", metavar="RUN_ID", help="continue a killed run of this candidate from its finished ablation trials"
+    )
     parser.add_argument("--serve", action="store_true", help="serve the optimize/candidate deployment")
     parser.add_argument("--cron", default=None, help="with --serve: a cron schedule, e.g. '0 2 * * *'")
     args = parser.parse_args(argv)
@@ -165,7 +193,22 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # CheatRefused included
         print(refusal(exc, args.candidate), file=sys.stderr)
         return 2
-    result = optimize(candidate=args.candidate, overrides=overrides or None, compare_with=args.compare_with)
+    if args.resume:
+        why = resumable(MlflowClient(tracking_uri=tracking_uri()), args.resume, resolved_sha256(_cfg))
+        if why:
+            print(why, file=sys.stderr)
+            return 2
+    start_reaper()  # a SIGKILL of this process leaves nothing it started running (Prefect's own server included)
+    try:
+        result = optimize(
+            candidate=args.candidate,
+            overrides=overrides or None,
+            compare_with=args.compare_with,
+            resume=args.resume,
+        )
+    except RecordWriteError as exc:  # disk full: the run stopped; the message says what was kept and the fix
+        print(f"STOPPED: {exc}", file=sys.stderr)
+        return 1
     print(
         json.dumps(
             {"decision": result["decision"], "mlflow_run_id": result["run_id"], "results_dir": result["results_dir"]}

@@ -31,6 +31,7 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 import yaml  # noqa: E402
 from prefect import flow, task  # noqa: E402
 
+from flows.reaper import start_reaper  # noqa: E402
 from inferopt.choose.search import TuneBudget, custom_space, search_space_problems  # noqa: E402
 from inferopt.config import ConfigError, load_config  # noqa: E402
 from inferopt.config.redact import redacted  # noqa: E402
@@ -106,8 +107,7 @@ def tune(
         tracker.json(redacted({k: c.model_dump(mode="json") for k, c in resolved.items()}), "inputs.resolved.json")
         result = tune_task(configs, tb, tracker, knobs)
     except BaseException:
-        tracker.tags({"inferopt.tune.decision": "error"})
-        tracker.finish(status="FAILED")
+        tracker.fail({"inferopt.tune.decision": "error"})  # never raises over the error being handled
         raise
     tracker.finish()
     return {
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"tune: {exc}", file=sys.stderr)
         return 2
+    start_reaper()  # a SIGKILL of this process leaves nothing it started running
     result = tune(**kwargs)
     print(json.dumps({k: result[k] for k in ("decision", "run_id", "recommendation", "results_dir")}))
     print(f"\nTUNE: {result['decision'].upper().replace('_', ' ')}  (MLflow run {result['run_id']})")

@@ -5,8 +5,8 @@ at import, so in-process engines, the load runner and (later) server-side spans 
 Metrics (TTFT, TPOT, Q, T_prefill, residuals) are pure functions of these fields in `inferopt.measure.phases`.
 
 `RecordSink` appends each finished record as one JSON line and flushes, so killing a run mid-way leaves
-every finished request on disk (fsync runs on a background thread, off the event loop). Failures are records
-too (M2): outcome + error, never dropped.
+every finished request on disk (fsync runs on a background thread, off the event loop); a record it cannot
+write (disk full) stops the run with RecordWriteError. Failures are records too (M2): outcome + error.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Literal
@@ -116,19 +117,34 @@ class RequestRecord:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+class RecordWriteError(OSError):
+    """A record could not be written (disk full, read-only, I/O error): the run must stop, not go on without it."""
+
+
 class RecordSink:
     """Append-only JSONL file of finished records.
 
-    Each line is written and flushed the moment its record finishes, so a killed process leaves every
-    finished request in the file. With `fsync` (the default) a background thread also forces the file to
-    disk, coalescing lines that arrive while it syncs: an fsync costs ~0.3-2 ms, and done inline on the
-    event loop it would delay sends and token timestamps. `close()` syncs once more before closing.
+    Each line is written (one `write` on an unbuffered descriptor) the moment its record finishes, so a killed
+    process leaves every finished request in the file. With `fsync` (the default) a background thread also
+    forces the file to disk, coalescing lines that arrive while it syncs: an fsync costs ~0.3-2 ms, and done
+    inline on the event loop it would delay sends and token timestamps. `close()` syncs once more.
+
+    A failed write (ENOSPC, EROFS, EIO) cuts the file back to its last complete line, keeps the error in
+    `error` and raises it as RecordWriteError; every later write raises it again, so the run stops loudly with
+    `written` records kept, never a torn line. `write_bytes(fd, data)` is `os.write` (tests inject faults).
     """
 
-    def __init__(self, path: str | Path, fsync: bool = True) -> None:
+    def __init__(
+        self, path: str | Path, fsync: bool = True, write_bytes: Callable[[int, bytes], int] = os.write
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a", encoding="utf-8")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._good_bytes = os.fstat(self._fd).st_size
+        self._write_bytes = write_bytes
+        self.written = 0
+        self.error: RecordWriteError | None = None
+        self._closed = False
         self._fsync = fsync
         self._dirty = threading.Event()
         self._closing = False
@@ -138,34 +154,60 @@ class RecordSink:
             self._syncer.start()
 
     def _sync_loop(self) -> None:
-        fd = self._fh.fileno()
         while True:
             self._dirty.wait()
             self._dirty.clear()
             if self._closing:
                 return
             try:
-                os.fsync(fd)
-            except OSError:
+                os.fsync(self._fd)
+            except OSError as exc:
+                self.error = self.error or self._error(exc)
                 return
 
+    def _error(self, exc: OSError) -> RecordWriteError:
+        return RecordWriteError(
+            exc.errno,
+            f"{self.path}: writing request records failed ({exc.strerror or exc}); the run stops here. "
+            f"Kept: {self.written} finished records written before it (complete lines only); "
+            f"fix: free space or make {self.path.parent} writable, then run again (or --resume)",
+        )
+
     def write(self, record: RequestRecord) -> None:
-        self._fh.write(record.to_json() + "\n")
-        self._fh.flush()
+        if self.error is not None:
+            raise self.error
+        data = (record.to_json() + "\n").encode("utf-8")
+        try:
+            done = 0
+            while done < len(data):
+                done += self._write_bytes(self._fd, data[done:])
+        except OSError as exc:
+            self.error = self._error(exc)
+            try:  # no torn line: back to the last complete record
+                os.ftruncate(self._fd, self._good_bytes)
+            except OSError:
+                pass
+            raise self.error from exc
+        self._good_bytes += len(data)
+        self.written += 1
         if self._fsync:
             self._dirty.set()
 
     def close(self) -> None:
-        if self._fh.closed:
+        if self._closed:
             return
+        self._closed = True
         if self._syncer is not None:
             self._closing = True
             self._dirty.set()
             self._syncer.join()
-        self._fh.flush()
-        if self._fsync:
-            os.fsync(self._fh.fileno())
-        self._fh.close()
+        try:
+            if self._fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            self.error = self.error or self._error(exc)
+        finally:
+            os.close(self._fd)
 
     def __enter__(self) -> "RecordSink":
         return self

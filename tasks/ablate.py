@@ -4,6 +4,8 @@ skipped arms too), the looks of the sequential test, the interaction table and t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import task
 
 from inferopt.ablate import AblationResult, ablate
@@ -16,7 +18,8 @@ STEP = "4-ablate"
 
 
 @task(name="ablate", task_run_name="ablate baseline vs arms")
-def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
+def ablate_task(candidate: CandidateConfig, tracker: Tracker, resume_from: Path | None = None) -> AblationResult:
+    """`resume_from`: the `trials/` folder of a killed attempt of this run; its finished trials are loaded."""
     tracker.child(STEP, tags={"inferopt.step": "ablate"})
     tracker.params(candidate.ablation.model_dump(mode="json"), STEP)
     run_trial = None
@@ -28,7 +31,11 @@ def ablate_task(candidate: CandidateConfig, tracker: Tracker) -> AblationResult:
         run_tag=tracker.parent_run_id,
         on_trial=trial_logger(tracker),
         run_trial=run_trial,
+        resume_from=resume_from,
     )
+    if resume_from is not None:
+        tracker.tags({"inferopt.ablate.resumed_trials": str(len(result.resumed))}, STEP)
+        print(f"[ablate] resumed: {len(result.resumed)} finished trials loaded from {resume_from}", flush=True)
     log_ablation(tracker, result, STEP)
     tracker.finish(STEP)
     return result

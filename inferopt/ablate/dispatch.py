@@ -31,6 +31,7 @@ from inferopt.ablate.plan import Trial, plan_arms
 from inferopt.choose.output_lengths import arm_workload
 from inferopt.config import CandidateConfig
 from inferopt.config.redact import redacted
+from inferopt.measure.join import rewrite_records
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.records import RequestRecord, read_records
@@ -83,9 +84,7 @@ def save_run(run: MeasuredRun, directory: str | Path) -> Path:
     meta = {k: getattr(run, k) for k in _SCALARS}
     meta["tags"] = vars(run.tags)
     (d / "run.json").write_text(json.dumps(redacted(meta), default=str))  # engine info holds the system
-    with (d / "requests.jsonl").open("w", encoding="utf-8") as fh:
-        for r in run.records:
-            fh.write(r.to_json() + "\n")
+    rewrite_records(d / "requests.jsonl", run.records)  # atomic: never a half-written record file
     if len(run.phases):
         run.phases.to_parquet(d / "phases.parquet", index=False)
     if len(run.aggregate_join):

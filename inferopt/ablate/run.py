@@ -42,6 +42,7 @@ from inferopt.ablate.plan import (
     interleaved_order,
     plan_arms,
 )
+from inferopt.ablate.resume import TRIALS, append_records, load_trial, save_trial
 from inferopt.ablate.speculative_arms import speculative_table
 from inferopt.choose.output_lengths import arm_workload
 from inferopt.config import AnySystem, CandidateConfig
@@ -70,6 +71,7 @@ class AblationResult:
     noise_suspicious: bool = False  # the A/A arm showed a significant difference
     skipped: dict[str, str] = field(default_factory=dict)  # arm -> why it cannot run here
     speculative: pd.DataFrame = field(default_factory=pd.DataFrame)  # K5 per speculative arm (speculative_arms)
+    resumed: list[str] = field(default_factory=list)  # "<arm>/trial-<r>": loaded from a killed attempt, not rerun
 
     @property
     def phases(self) -> pd.DataFrame:
@@ -128,11 +130,14 @@ def ablate(
     system_for_trial: SystemForTrial | None = None,
     run_trial: Callable[[Trial, RunTags], MeasuredRun] | None = None,
     engine_factory: EngineFactory = make_engine,
+    resume_from: str | Path | None = None,
 ) -> AblationResult:
     """Run the ablation of `candidate` (see the module docstring). `run_trial(trial, tags)`, when given,
     returns a trial's run instead of running it here (`dispatch.PrecomputedTrials`: arms run on Prefect
     workers). `system_for_trial(arm, trial)` may replace the system a trial starts (default: the arm's own),
     e.g. `fresh_fake_noise`; `engine_factory(system)` builds each trial's engine (tests pass a fake).
+    Every finished trial is saved under `out_dir/trials/` (`resume.save_trial`); with `resume_from` (the
+    `trials/` folder of a killed attempt) a trial found there is loaded instead of run, and listed in `resumed`.
 
     Sequential design: from `min_repeats` to `max_repeats`, stop at the first look where every tested arm
     (single-change arms and the candidate; not the A/A arm) has every target metric significant after Holm.
@@ -159,6 +164,7 @@ def ablate(
     runs: list[MeasuredRun] = []
     order: list[Trial] = []
     look_rows: list[dict] = []
+    resumed: list[str] = []
     effects: dict[str, pd.DataFrame] = {}
     stop_reason = ""
     repeats_done = 0
@@ -171,8 +177,14 @@ def ablate(
             arm = by_name[trial.arm]
             system = system_for_trial(arm, trial) if system_for_trial else arm.system
             tags = RunTags(run_tag=run_tag, arm=trial.arm, trial=trial.repeat, scenario="ablation")
+            saved = load_trial(resume_from, trial.arm, trial.repeat)
+            if saved is not None:
+                resumed.append(f"{trial.arm}/trial-{trial.repeat}")
+                append_records(out_dir / "requests.jsonl", saved.records)  # the stream holds every trial
             run = (
-                run_trial(trial, tags)
+                saved
+                if saved is not None
+                else run_trial(trial, tags)
                 if run_trial
                 else run_system(
                     system,
@@ -185,6 +197,7 @@ def ablate(
                     engine_factory=engine_factory,
                 )
             )
+            save_trial(out_dir / TRIALS, trial.arm, trial.repeat, run)
             runs.append(run)
             skip = start_failure_reason(run)
             if skip:
@@ -331,6 +344,7 @@ def ablate(
         noise_suspicious=noise_suspicious,
         skipped=dict(skipped),
         speculative=speculative_table(arms, runs, effects_df),
+        resumed=resumed,
     )
 
 

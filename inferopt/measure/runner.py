@@ -202,6 +202,8 @@ async def run_open_loop(
         nonlocal nxt
         try:
             now = now_s()
+            if sink is not None and sink.error is not None:  # disk full: stop sending, the run ends loudly
+                nxt = len(requests)
             while nxt < len(requests) and intended_s[nxt] <= now:
                 fired: Any
                 try:
@@ -229,5 +231,7 @@ async def run_open_loop(
                 t.cancel()
         result.end_s = now_s()
         gc.unfreeze()
+    if sink is not None and sink.error is not None:
+        raise sink.error  # a record not on disk stops the run (RecordWriteError), never a silent gap
     result.server_metrics_after = await engine.server_metrics()
     return result

@@ -31,7 +31,7 @@ from inferopt.measure.phases import phase_table
 from inferopt.measure.resources import ResourceSampler, load_window
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
 from inferopt.model.loading import resolve_model_dir
-from inferopt.records import RecordSink, RequestRecord, clock_offset_s
+from inferopt.records import RecordSink, RecordWriteError, RequestRecord, clock_offset_s
 from inferopt.workload.output_lengths import run_mode
 
 
@@ -53,6 +53,25 @@ class MeasuredRun:
     # the serving process tree's peak RSS and CPU time over the measured load (+ NVML on GPUs, else a reason):
     # `inferopt.measure.resources.ResourceSampler.summary` — keys peak_rss_bytes, cpu_time_s, gpu, ...
     resources: dict[str, Any] = field(default_factory=dict)
+
+
+DEADLINE_ALLOWANCE_S = 60.0  # beyond the schedule and request timeouts: the scrapes and the server-timings join
+
+
+class RunDeadline(TimeoutError):
+    """A trial ran past its run-level deadline: an engine call (a scrape, a join, a stream that ignores its
+    request timeout) never returned. The trial is failed, never waited on forever."""
+
+
+class ServerDied(RuntimeError):
+    """The server an engine launched exited during the trial (killed, crashed)."""
+
+
+def run_deadline_s(table: pd.DataFrame, timeout_s: float, warmup: int) -> float:
+    """The longest a trial's load may take: its schedule, each warm-up and the last request given the whole
+    request timeout, and `DEADLINE_ALLOWANCE_S` for the scrapes and the join."""
+    span_s = float(table["arrival_offset_s"].max()) if len(table) else 0.0
+    return span_s + (warmup + 1) * timeout_s + DEADLINE_ALLOWANCE_S
 
 
 class _StartFailed(Exception):
@@ -120,6 +139,7 @@ async def _run(
     prompt_seed: int,
     wrap_engine: Callable[[Any], Any] | None = None,
     engine_factory: EngineFactory = make_engine,
+    deadline_s: float | None = None,
 ) -> tuple[LoadResult, dict[str, Any]]:
     try:
         engine = engine_factory(system)
@@ -128,27 +148,55 @@ async def _run(
         await engine.start()
     except Exception as exc:  # re-raised, marked as a start failure
         raise _StartFailed() from exc
+    limit_s = deadline_s or run_deadline_s(table, timeout_s, warmup)
+    deadline = asyncio.timeout(limit_s)
     try:
-        offset_before = clock_offset_s()
-        mode = run_mode(table, system.capabilities)
-        result = await run_open_loop(
-            engine,
-            table,
-            vocab_size=vocab_size_of(system),
-            timeout_s=timeout_s,
-            tags=tags,
-            sink=sink,
-            prompt_seed=prompt_seed,
-            warmup_requests=warmup,
-            force_lengths=mode == "forced",
-        )
-        info = {**result.engine_info, **engine.info(), "output_lengths": mode}
-        result.engine_info = {**info, "_clock_offset_s": offset_before}
-        join = await _join(engine, result)
-        result.engine_info.pop("_clock_offset_s", None)
-        return result, join
+        async with deadline:
+            return await _load_and_join(engine, system, table, tags, sink, timeout_s, warmup, prompt_seed)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise RunDeadline(
+            f"the trial passed its run-level deadline of {limit_s:.0f} s "
+            "(schedule + request timeouts + allowance): an engine call never returned; the trial is failed"
+        ) from None
     finally:
         await engine.stop()
+
+
+async def _load_and_join(
+    engine: Any,
+    system: AnySystem,
+    table: pd.DataFrame,
+    tags: RunTags,
+    sink: RecordSink | None,
+    timeout_s: float,
+    warmup: int,
+    prompt_seed: int,
+) -> tuple[LoadResult, dict[str, Any]]:
+    offset_before = clock_offset_s()
+    mode = run_mode(table, system.capabilities)
+    result = await run_open_loop(
+        engine,
+        table,
+        vocab_size=vocab_size_of(system),
+        timeout_s=timeout_s,
+        tags=tags,
+        sink=sink,
+        prompt_seed=prompt_seed,
+        warmup_requests=warmup,
+        force_lengths=mode == "forced",
+    )
+    info = {**result.engine_info, **engine.info(), "output_lengths": mode}
+    result.engine_info = {**info, "_clock_offset_s": offset_before}
+    if result.engine_info.get("server_died") is not None:  # its records stay in the stream file
+        raise ServerDied(
+            f"the server exited (code {result.engine_info['server_died']}) during the trial: the trial is failed, "
+            "not averaged over the requests it served before"
+        )
+    join = await _join(engine, result)
+    result.engine_info.pop("_clock_offset_s", None)
+    return result, join
 
 
 def run_system(
@@ -162,18 +210,36 @@ def run_system(
     prompt_seed: int = 0,
     wrap_engine: Callable[[Any], Any] | None = None,
     engine_factory: EngineFactory = make_engine,
+    open_sink: Callable[[Path], RecordSink] = RecordSink,
+    deadline_s: float | None = None,
 ) -> MeasuredRun:
-    """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error.
+    """Start, replay, stop. Never raises for engine or run failures: returns `failed=True` with the error; a
+    record that cannot be written (disk full) raises RecordWriteError, with what was kept (`open_sink(path)`
+    makes the sink; tests pass one that fails). Past `deadline_s` (default `run_deadline_s`) the trial is
+    failed with RunDeadline: a hung engine call cannot hold the run forever.
     `engine_factory(system)` builds the engine (default `make_engine`; tests pass a fake); `wrap_engine(engine)`
     returns the engine the runner drives (a wrapper that delegates to it)."""
-    sink = RecordSink(records_path) if records_path else None
+    sink = open_sink(Path(records_path)) if records_path else None
     # only an engine that launches processes (vLLM, pools of them) needs its process tree scanned
     sampler = ResourceSampler(children=system.capabilities.launches_processes)
     try:
         with sampler:
             result, join = asyncio.run(
-                _run(system, table, tags, sink, timeout_s, warmup_requests, prompt_seed, wrap_engine, engine_factory)
+                _run(
+                    system,
+                    table,
+                    tags,
+                    sink,
+                    timeout_s,
+                    warmup_requests,
+                    prompt_seed,
+                    wrap_engine,
+                    engine_factory,
+                    deadline_s,
+                )
             )
+    except RecordWriteError:
+        raise  # disk full: not a failed arm but a run that must stop, loudly, with what was kept
     except Exception as exc:  # noqa: BLE001 - an arm that crashes is a failed arm, not a failed run
         stage = "run"
         if isinstance(exc, _StartFailed) and exc.__cause__ is not None:
@@ -191,6 +257,8 @@ def run_system(
     finally:
         if sink:
             sink.close()
+    if sink is not None and sink.error is not None:
+        raise sink.error  # the background fsync failed: the records are not safely on disk
     if join.get("kind") == "per_request" and records_path:
         rewrite_records(records_path, result.warmup_records + result.records)
     delta = {

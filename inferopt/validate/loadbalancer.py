@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from inferopt.transport.lifetime import tied_to_parent
 from inferopt.transport.ports import free_port
 
 __all__ = ["NginxBalancer", "access_log_frame", "nginx_binary", "nginx_config"]
@@ -170,7 +171,7 @@ class NginxBalancer:
             raise RuntimeError(f"nginx rejected the generated config {conf}: {check.stderr.strip()}")
         with (self.workdir / "stdout.log").open("wb") as out:
             self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **tied_to_parent()
             )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:

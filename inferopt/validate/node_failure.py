@@ -43,6 +43,7 @@ from inferopt.measure.slices import headline
 from inferopt.measure.slo import RequestSLO
 from inferopt.model.loading import resolve_model_dir
 from inferopt.records import now_s, read_records
+from inferopt.transport.lifetime import tied_to_parent
 from inferopt.transport.ports import free_port
 from inferopt.validate.failover import failover_summary, segment_table
 from inferopt.validate.judge import (
@@ -91,7 +92,7 @@ class ProcessReplica:
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 cwd=str(ROOT),
-                start_new_session=True,
+                **tied_to_parent(),  # own process group; SIGTERM when this process dies
             )
 
     def wait_healthy(self) -> None:

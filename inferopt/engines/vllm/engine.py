@@ -34,6 +34,7 @@ from inferopt.engines.vllm.spans import timings_from_vllm_span, vllm_request_id
 from inferopt.model.loading import resolve_model_dir
 from inferopt.records import ServerTimings, clock_offset_s
 from inferopt.transport.gauges import GaugePoller
+from inferopt.transport.lifetime import tied_to_parent
 from inferopt.transport.otel import OTLPReceiver
 from inferopt.transport.ports import free_port
 
@@ -143,7 +144,7 @@ class VLLMEngine(EngineBase):
                 stdin=subprocess.DEVNULL,
                 env=server_env(s),
                 cwd=str(ROOT),
-                start_new_session=True,
+                **tied_to_parent(),  # own process group; SIGTERM when this process dies
             )
         t0 = time.monotonic()
         await self._wait_healthy()
@@ -252,7 +253,11 @@ class VLLMEngine(EngineBase):
         self._stopped = True
 
     def info(self) -> dict[str, Any]:
-        return dict(self._info)
+        """What the engine knows of itself; `server_died` (the exit code) once the server exited before `stop`."""
+        out = dict(self._info)
+        if self.proc is not None and not self._stopped and self.proc.poll() is not None:
+            out["server_died"] = self.proc.returncode
+        return out
 
     async def server_metrics(self) -> dict[str, float]:
         """`/metrics` as `vllm_metrics` flattens it. If warm-up requests ran since the last prefix-cache

@@ -10,8 +10,8 @@ would make it look for a GPU; GPU installs named `vllm` are untouched), then run
 (our engine.py and serve.py there must not shadow vLLM's modules). Everything runs under `if __name__ ==
 "__main__":` — vLLM spawns workers that re-import the main module, and they must not start a second server.
 
-Deliberately not here: any import of `inferopt` (the vLLM virtualenv does not have it), argument building
-(`inferopt.engines.vllm.serve.serve_args`), process management (the engine owns it).
+Not here: any import of `inferopt` (the vLLM virtualenv lacks it), argument building (`serve.serve_args`),
+process management (the engine's) beyond a guard that stops our group once our parent is gone (SIGKILLed).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata as _md
 import os
 import runpy
+import subprocess
 import sys
 
 
@@ -53,7 +54,23 @@ def _drop_own_folder_from_path() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
 
 
+def _watch_parent(parent_pid: int, poll_s: float = 0.5, grace_s: float = 10.0) -> subprocess.Popen:
+    """A guard outside our process group (we lead it: the engine starts us with start_new_session): once our
+    parent is gone while the group lives, it SIGTERMs the group, then SIGKILLs what is left after `grace_s`.
+    Outside the group, so it outlives us: the parent-death SIGTERM may already have ended this process."""
+    group = os.getpgid(0)
+    if group != os.getpid():  # not our own group (run by hand from a shell): the shell's job control applies
+        raise SystemExit("launch.py must lead its process group (start it with start_new_session)")
+    script = (
+        f"while kill -0 {parent_pid} 2>/dev/null && kill -0 -{group} 2>/dev/null; do sleep {poll_s}; done; "
+        f"kill -0 -{group} 2>/dev/null || exit 0; kill -TERM -{group} 2>/dev/null; sleep {grace_s}; "
+        f"kill -KILL -{group} 2>/dev/null"
+    )
+    return subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL)
+
+
 if __name__ == "__main__":
+    _watch_parent(os.getppid())
     _drop_own_folder_from_path()
     _patch_version_lookup()
     sys.argv = ["vllm.entrypoints.openai.api_server", *sys.argv[1:]]
