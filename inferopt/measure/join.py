@@ -50,15 +50,19 @@ def join_server_timings(records: Iterable[RequestRecord], timings: Mapping[str, 
     return out
 
 
-def rewrite_records(path: str | Path, records: Iterable[RequestRecord]) -> None:
-    """Replace the JSONL at `path` with `records`, atomically (temp file in the same folder + rename):
-    a crash mid-rewrite leaves the streamed client-side file intact."""
+def rewrite_records(path: str | Path, records: Iterable[RequestRecord], keep_bytes: int = 0) -> None:
+    """Replace this run's part of the JSONL at `path` with `records`, atomically (temp file in the same folder +
+    rename): the first `keep_bytes` (what the file held before this run: earlier trials sharing the stream) are
+    kept as they are; a crash mid-rewrite leaves the streamed client-side file intact."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") as fh:
+            if keep_bytes:
+                with path.open("rb") as old:
+                    fh.write(old.read(keep_bytes))
             for r in records:
-                fh.write(r.to_json() + "\n")
+                fh.write((r.to_json() + "\n").encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

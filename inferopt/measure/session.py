@@ -219,6 +219,7 @@ def run_system(
     failed with RunDeadline: a hung engine call cannot hold the run forever.
     `engine_factory(system)` builds the engine (default `make_engine`; tests pass a fake); `wrap_engine(engine)`
     returns the engine the runner drives (a wrapper that delegates to it)."""
+    before_bytes = Path(records_path).stat().st_size if records_path and Path(records_path).exists() else 0
     sink = open_sink(Path(records_path)) if records_path else None
     # only an engine that launches processes (vLLM, pools of them) needs its process tree scanned
     sampler = ResourceSampler(children=system.capabilities.launches_processes)
@@ -260,7 +261,7 @@ def run_system(
     if sink is not None and sink.error is not None:
         raise sink.error  # the background fsync failed: the records are not safely on disk
     if join.get("kind") == "per_request" and records_path:
-        rewrite_records(records_path, result.warmup_records + result.records)
+        rewrite_records(records_path, result.warmup_records + result.records, keep_bytes=before_bytes)
     delta = {
         k: result.server_metrics_after.get(k, 0.0) - result.server_metrics_before.get(k, 0.0)
         for k in result.server_metrics_after

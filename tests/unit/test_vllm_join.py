@@ -397,6 +397,21 @@ def test_run_system_joins_per_request_and_rewrites_records(tmp_path: Path) -> No
     assert len(run.phases) == 6 and run.phases["queue_ms"].notna().sum() >= 5
     assert run.aggregate_join.empty
 
+    # a second trial streaming into the same file (as the ablation's arms do): its rewrite keeps the first's
+    again = session.run_system(
+        FakeSystem(),
+        table,
+        RunTags(arm="a", trial=1),
+        timeout_s=10,
+        records_path=path,
+        warmup_requests=1,
+        engine_factory=lambda system: _SpanEngine(),
+    )
+    assert not again.failed, again.error
+    both = read_records(path)
+    assert len(both) == 14 and [r.trial for r in both].count(0) == 7 and [r.trial for r in both].count(1) == 7
+    assert sum(r.arrival_s is not None for r in both if r.trial == 0) == 6  # the first trial's join kept
+
 
 def test_aggregate_join() -> None:
     phases = pd.DataFrame(
