@@ -1,8 +1,7 @@
 """SPEC K5 beside the effects: for every ablation arm that decodes speculatively, the measured acceptance rate a, the
 predicted tokens per round 1 + a + ... + a^k, the measured tokens per round, and the predicted speed-up next to
-the measured one (TPOT p50, baseline / arm, with the CI of the effects table), and the arm's inter-token latency
-raw (per token as received: a round's tokens arrive together) against smoothed (per round, spread over its tokens),
-where the visible bursts of verification show.
+the measured one (TPOT p50, baseline / arm, with the CI of the effects table), and the arm's ITL raw (per token
+as received) against smoothed (each round spread over its tokens): where the bursts of verification show.
 
 - hf engine (`HFSystem.speculative`): every measured request's rounds (`spec_drafted`, `spec_accepted`), pooled
   over the arm's trials; c = mean draft forward (the engine's `spec_*` counters over each trial) / the
