@@ -33,8 +33,18 @@ simulations x 18 trials) take about 7-9 minutes on 2 cores. Usage:
 
     .venv/bin/python benchmarks/verdict_error_rates.py [--sims 120] [--workers 3] [--design fixed|sequential]
 
+`--engine hf`: the same counts on the real hf engine (builtin tiny Llama, CPU, batch 1): arm B sets the
+diagnostic knob `diagnostic_decode_delay_ms` (a sleep inside every decode step: real engine time, declared
+`diagnostic: true`), sized to `--planted` x the baseline's TPOT p50 measured by one calibration trial; short
+trials (`--requests`), one model load shared by every trial's fresh engine, ablations run one after another.
+It also counts `harm_detection_rate`: the same trials judged with TPOT as a side effect (target TTFT p99), so
+only the harm family (one-sided against the 5 % tolerance) can catch the planted regression. Run it under the
+bench lock: `flock /tmp/inferopt-bench.lock nice -n 5 .venv/bin/python benchmarks/verdict_error_rates.py
+--engine hf --sims 12`.
+
 The last line printed is one JSON object:
-{"aa_false_positive_rate": ..., "planted_detection_rate": ..., "trials": <simulated ablations>}.
+{"engine": ..., "aa_false_positive_rate": ..., "planted_detection_rate": ..., "harm_detection_rate": ...,
+"trials": <simulated ablations>, "repeats": ...}.
 """
 
 from __future__ import annotations
@@ -96,40 +106,212 @@ def candidate_dict(args: argparse.Namespace) -> dict:
     return d
 
 
-def simulate(job: tuple[dict, int]) -> dict:
-    """One simulated ablation: the real `ablate` on A, A' and B; returns what it decided."""
-    d, i = job
-    import numpy as np
-
-    from inferopt.ablate.compare import METRICS_BY_NAME, arm_trial_values
-    from inferopt.ablate.run import ablate, fresh_fake_noise
+def one_ablation(d: dict, i: int, seeded: tuple[str, int], run_tag: str, **kw):
+    """The real `ablate` on candidate dict `d` with simulation i's seeds (the ablation's, and `seeded`: the
+    section whose seed varies per simulation and its value); returns (candidate, result)."""
+    from inferopt.ablate.run import ablate
     from inferopt.config import CandidateConfig
 
     d = json.loads(json.dumps(d))
-    d["baseline"]["seed"] = 10_000 + i
+    d[seeded[0]]["seed"] = seeded[1]
     d["ablation"]["seed"] = i
     cand = CandidateConfig.model_validate(d)
     with tempfile.TemporaryDirectory() as tmp:
-        res = ablate(cand, tmp, run_tag=f"sim-{i}", system_for_trial=fresh_fake_noise)
-    eff = res.effects.set_index(["arm", "metric"])
-    aa = res.effects[res.effects["arm"] == "aa"]
-    ok = res.trials[~res.trials["failed"]]
-    spec = METRICS_BY_NAME[TARGET]
-    per_trial = {a: [float(np.median(v)) for v in arm_trial_values(ok, a, spec)] for a in ("baseline", "candidate")}
+        return cand, ablate(cand, tmp, run_tag=run_tag, **kw)
+
+
+def _parts(res):
+    """(effects by arm and metric, the A/A arm's rows, the trials that ran)."""
+    return (
+        res.effects.set_index(["arm", "metric"]),
+        res.effects[res.effects["arm"] == "aa"],
+        res.trials[~res.trials["failed"]],
+    )
+
+
+def _decided(res, eff, aa) -> dict:
+    """What one ablation decided about the A/A arm and arm B."""
     return {
-        "sim": i,
         "aa_any_significant": bool(aa["significant"].any()),
         "aa_significant_metrics": aa.loc[aa["significant"], "metric"].tolist(),
         "aa_verdict": res.verdicts["aa"].verdict,
         "b_verdict": res.verdicts["candidate"].verdict,
         "b_ratio": float(eff.loc[("candidate", TARGET), "ratio"]),
         "b_p": float(eff.loc[("candidate", TARGET), "p_value"]),
+    }
+
+
+def simulate(job: tuple[dict, int]) -> dict:
+    """One simulated ablation: the real `ablate` on A, A' and B; returns what it decided."""
+    d, i = job
+    import numpy as np
+
+    from inferopt.ablate.compare import METRICS_BY_NAME, arm_trial_values
+    from inferopt.ablate.run import fresh_fake_noise
+
+    _, res = one_ablation(d, i, ("baseline", 10_000 + i), f"sim-{i}", system_for_trial=fresh_fake_noise)
+    eff, aa, ok = _parts(res)
+    spec = METRICS_BY_NAME[TARGET]
+    per_trial = {a: [float(np.median(v)) for v in arm_trial_values(ok, a, spec)] for a in ("baseline", "candidate")}
+    return {
+        "sim": i,
+        **_decided(res, eff, aa),
         "repeats": res.stopping["repeats_done"],
         "stopped_early": res.stopping["stopped_early"],
         "alpha_used": res.stopping["alpha_used"],
         "failed_trials": int(res.trials["failed"].sum()),
         "trial_ratio": float(np.mean(per_trial["candidate"]) / np.mean(per_trial["baseline"])),
     }
+
+
+def hf_candidate_dict(args: argparse.Namespace, delay_ms: float) -> dict:
+    """The hf candidate: the default run's baseline (hf-tiny, batch 1) and workload shape, short trials, arm B
+    the planted diagnostic decode delay, target TPOT p50, the A/A arm on, the fixed design at --repeats."""
+    from inferopt.config import load_config
+
+    d = load_config(ROOT / "configs/candidates/batching.yaml").model_dump()
+    d.update(name="verdict-error-rates-hf", diagnostic=True, target_metrics=[TARGET])
+    d["changes"] = {"diagnostic_decode_delay_ms": round(delay_ms, 4)}
+    d["workload"].update(num_requests=args.requests, arrival={"kind": "poisson", "rate_per_s": args.rate})
+    d["workload"]["lengths"].update(output_median=args.output_median, output_min=4)
+    d["ablation"].update(
+        aa_arm=True, repeats=args.repeats, min_repeats=None, max_repeats=None, alpha=args.alpha, test="repeat_t"
+    )
+    return d
+
+
+def shared_model_factory():
+    """An engine factory: a fresh HFEngine per trial (as the pipeline starts one), the weights loaded once."""
+    from inferopt.engines.hf.engine import HFEngine
+    from inferopt.model.loading import load_system_model
+
+    models: dict = {}
+
+    def factory(system):
+        key = (system.model.path, system.dtype, system.attn_implementation, system.device)
+        if key not in models:
+            models[key] = load_system_model(system)
+        return HFEngine(system, preloaded=models[key])
+
+    return factory
+
+
+def calibrate_tpot_ms(args: argparse.Namespace, factory) -> float:
+    """The baseline's TPOT p50 (ms) on this machine now: one trial of the hf baseline, nothing planted."""
+    import numpy as np
+
+    from inferopt.config import CandidateConfig
+    from inferopt.measure.runner import RunTags
+    from inferopt.measure.session import run_system
+    from inferopt.workload.build import build_workload
+
+    cand = CandidateConfig.model_validate(hf_candidate_dict(args, 1.0))  # only its baseline runs here
+    table = build_workload(cand.workload, None)
+    run = run_system(
+        cand.baseline,
+        table,
+        RunTags("calibrate", "baseline", 0, "ablation"),
+        timeout_s=cand.workload.timeout_s,
+        warmup_requests=cand.measure.warmup_requests,
+        engine_factory=factory,
+    )
+    tpot = run.phases["tpot_ms"].dropna().to_numpy(float) if "tpot_ms" in run.phases else []
+    if not len(tpot):
+        raise SystemExit(f"calibration trial produced no TPOT (failed: {run.error}); fix: check the hf engine")
+    return float(np.median(tpot))
+
+
+def simulate_hf(d: dict, i: int, factory) -> dict:
+    """One ablation on the hf engine through the real `ablate`; also the same trials judged with TPOT as a
+    side effect (target TTFT p99), where only the harm family can flag the planted regression."""
+    from inferopt.ablate.compare import compare_arms
+    from inferopt.measure.slo import RequestSLO
+
+    cand, res = one_ablation(d, i, ("workload", 1000 + i), f"hf-sim-{i}", engine_factory=factory)
+    eff, aa, ok = _parts(res)
+    s = cand.ablation
+    side = compare_arms(
+        ok,
+        "baseline",
+        "candidate",
+        alpha=s.alpha,
+        targets=("ttft_ms_p99",),
+        primary_harm=s.primary_harm,
+        context=RequestSLO.of(cand.workload, cand.slo),
+    ).set_index("metric")
+    return {
+        "sim": i,
+        **_decided(res, eff, aa),
+        "b_se_d": float(eff.loc[("candidate", TARGET), "se_d"]),
+        "aa_se_d": float(eff.loc[("aa", TARGET), "se_d"]),
+        "harm_caught": bool(side.loc[TARGET, "harm"]),
+        "harm_p": float(side.loc[TARGET, "harm_p"]),
+        "repeats": res.stopping["repeats_done"],
+        "failed_trials": int(res.trials["failed"].sum()),
+    }
+
+
+def main_hf(args: argparse.Namespace) -> int:
+    t0 = time.time()
+    factory = shared_model_factory()
+    tpot_ms = calibrate_tpot_ms(args, factory)
+    delay_ms = (args.planted - 1.0) * tpot_ms
+    d = hf_candidate_dict(args, delay_ms)
+    print(
+        f"[error-rates] hf: baseline TPOT p50 {tpot_ms:.2f} ms -> diagnostic_decode_delay_ms {delay_ms:.3f} "
+        f"(x{args.planted}); {args.sims} ablations x (baseline, aa, candidate) x {args.repeats} repeats of "
+        f"{args.requests} requests at {args.rate}/s; alpha {args.alpha}",
+        flush=True,
+    )
+    results = []
+    sink = args.out.open("w") if args.out else None
+    for i in range(args.seed_offset, args.seed_offset + args.sims):
+        r = simulate_hf(d, i, factory)
+        results.append(r)
+        if sink:
+            sink.write(json.dumps(r) + "\n")
+            sink.flush()
+        print(f"[error-rates] {len(results)}/{args.sims} ({time.time() - t0:.0f} s): {json.dumps(r)}", flush=True)
+        if time.time() - t0 > args.budget_s:
+            print(f"[error-rates] stopping: the {args.budget_s:.0f} s budget is spent", flush=True)
+            break
+    if sink:
+        sink.close()
+    return report(args, results, t0, engine="hf", extra={"calibrated_tpot_ms": tpot_ms, "delay_ms": delay_ms})
+
+
+def report(args: argparse.Namespace, results: list[dict], t0: float, engine: str, extra: dict) -> int:
+    import numpy as np
+
+    n = len(results)
+    k_fp = sum(r["aa_any_significant"] for r in results)
+    k_det = sum(r["b_verdict"] == "regresses" for r in results)
+    k_harm = sum(r["harm_caught"] for r in results)
+    sd = float(np.sqrt(np.mean([r["aa_se_d"] ** 2 for r in results]) * args.repeats))  # per-pair sd, A/A arm
+    detail = {
+        "engine": engine,
+        "simulated_ablations": n,
+        "aa_false_positive_ci95": wilson(k_fp, n),
+        "aa_verdict_false_positive_rate": sum(r["aa_verdict"] != "no detectable change" for r in results) / n,
+        "planted_detection_ci95": wilson(k_det, n),
+        "harm_detection_ci95": wilson(k_harm, n),
+        "realised_tpot_p50_ratio_mean": sum(r["b_ratio"] for r in results) / n,
+        "tpot_p50_log_sd_per_pair": sd,
+        "failed_trials": sum(r["failed_trials"] for r in results),
+        "wall_s": round(time.time() - t0, 1),
+        **extra,
+    }
+    print(json.dumps(detail))
+    summary = {
+        "engine": engine,
+        "aa_false_positive_rate": round(k_fp / n, 4),
+        "planted_detection_rate": round(k_det / n, 4),
+        "harm_detection_rate": round(k_harm / n, 4),
+        "trials": n,
+        "repeats": args.repeats,
+    }
+    print(json.dumps(summary))
+    return 0
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -163,7 +345,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--seed-offset", type=int, default=0, help="first simulation index (fresh seeds)")
     ap.add_argument("--out", type=Path, default=None, help="also write one JSON line per simulation here")
+    ap.add_argument("--engine", choices=["fake", "hf"], default="fake", help="hf: the real in-process engine")
+    ap.add_argument("--planted", type=float, default=1.10, help="hf: the planted TPOT ratio of arm B")
+    ap.add_argument("--requests", type=int, default=10, help="hf: requests per trial")
+    ap.add_argument("--output-median", type=int, default=8, help="hf: median output tokens (min 4)")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="hf: stop starting ablations after this")
     args = ap.parse_args(argv)
+    if args.engine == "hf":
+        if "--rate" not in (argv if argv is not None else sys.argv):
+            args.rate = 4.0  # batch 1 queues a little at 4 req/s; TPOT (decode only) is the decode step either way
+        if "--repeats" not in (argv if argv is not None else sys.argv):
+            args.repeats = 3  # the candidates' default
+        return main_hf(args)
 
     d = candidate_dict(args)
     from inferopt.config import CandidateConfig

@@ -287,22 +287,44 @@ def itl_stats_ms(client_token_s: list[float], chunk_tokens: list[int]) -> dict[s
     return out
 
 
+def smoothed_gaps_ms(chunk_s: list[float], chunk_tokens: list[int]) -> np.ndarray:
+    """Per-token gaps of a stream paced evenly within each chunk (ms): the interval before chunk i spread over
+    its tokens (interval / tokens, once per token), what a client that smooths a speculative round's burst
+    shows. The first chunk's tokens have no interval before them (they end the TTFT) and give no gap."""
+    t = np.asarray(chunk_s, dtype=float)
+    n = np.asarray(chunk_tokens, dtype=float)
+    if t.size < 2 or n.size != t.size:
+        return np.array([])
+    per_token = np.diff(t) * 1000.0 / np.maximum(n[1:], 1.0)
+    return np.repeat(per_token, np.maximum(n[1:], 1).astype(int))
+
+
 def pooled_itl_ms(records: Iterable[RequestRecord]) -> dict[str, float]:
-    """The run's ITL distribution: every gap between consecutive tokens of every ok, non-warm-up request."""
-    gaps = [
-        np.diff(np.asarray(r.client_token_s, dtype=float)) * 1000.0
-        for r in records
-        if r.outcome == "ok" and not r.warmup and len(r.client_token_s) > 1
-    ]
-    allg = np.concatenate(gaps) if gaps else np.array([])
+    """The run's ITL distribution: every gap between consecutive tokens of every ok, non-warm-up request, as
+    received (raw: the tokens of one chunk share a time, so a burst is zero gaps then a long one) and smoothed
+    within each chunk (`smoothed_gaps_ms`): the two differ where tokens arrive in bursts (speculative rounds)."""
+    recs = [r for r in records if r.outcome == "ok" and not r.warmup and len(r.client_token_s) > 1]
+    raw = [np.diff(np.asarray(r.client_token_s, dtype=float)) * 1000.0 for r in recs]
+    allg = np.concatenate(raw) if raw else np.array([])
     if not allg.size:
         return {}
-    p50, p95, p99 = np.quantile(allg, [0.5, 0.95, 0.99])
+    out = _gap_quantiles(allg, "itl_ms")
+    smooth = [smoothed_gaps_ms(r.client_chunk_s, r.client_chunk_tokens) for r in recs]
+    smooth_all = np.concatenate(smooth) if smooth else np.array([])
+    if smooth_all.size:
+        out |= _gap_quantiles(smooth_all, "itl_smoothed_ms")
+    chunks = [max(r.client_chunk_tokens) for r in recs if r.client_chunk_tokens]
+    out["max_chunk_tokens"] = float(max(chunks)) if chunks else 1.0
+    return out
+
+
+def _gap_quantiles(gaps_ms: np.ndarray, prefix: str) -> dict[str, float]:
+    p50, p95, p99 = np.quantile(gaps_ms, [0.5, 0.95, 0.99])
     return {
-        "itl_ms_p50": float(p50),
-        "itl_ms_p95": float(p95),
-        "itl_ms_p99": float(p99),
-        "itl_ms_max": float(allg.max()),
+        f"{prefix}_p50": float(p50),
+        f"{prefix}_p95": float(p95),
+        f"{prefix}_p99": float(p99),
+        f"{prefix}_max": float(gaps_ms.max()),
     }
 
 

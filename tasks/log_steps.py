@@ -34,7 +34,8 @@ from tasks.tracking import Tracker, log_records, metric_key
 def log_measure(tracker: Tracker, result: MeasureResult, name: str) -> None:
     """Headline, decomposition and resource metrics, `measure.json`, the tables, the records, the plots."""
     tracker.metrics(result.headline, name)
-    tracker.metrics({f"decomposition.{k}": float(v) for k, v in result.decomposition.items()}, name)
+    numeric = {k: v for k, v in result.decomposition.items() if isinstance(v, (int, float))}  # words: measure.json
+    tracker.metrics({f"decomposition.{k}": float(v) for k, v in numeric.items()}, name)
     tracker.metrics({f"resources.{k}": v for k, v in result.resources.items() if isinstance(v, (int, float))}, name)
     tracker.json(
         {

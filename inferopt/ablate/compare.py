@@ -1,7 +1,8 @@
 """Effects of an arm against the baseline, beyond noise, in two families with their own error control:
-benefit (the target metrics, two-sided, Holm) and harm (every metric, one-sided against a tolerance, Holm),
-so a regression beyond tolerance is found whether or not the targets moved; a per-arm verdict (improves /
-regresses / no detectable change; `run.py` adds skipped / failed) with the minimum detectable effect per metric.
+benefit (the target metrics, two-sided, Holm) and harm (every metric, one-sided against a tolerance; declared
+primaries first, graphical weighted Holm), so a regression beyond tolerance is found whether or not the targets
+moved; a per-arm verdict (improves / regresses / no detectable change; `run.py` adds skipped / failed) with the
+minimum detectable effect per metric.
 
 Failures count: latency percentiles are over every request, a failed one (timeout, rejected, error) censored
 at the request deadline; failure rate, SLO attainment and goodput (requests/s meeting every SLO) are metrics.
@@ -23,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from inferopt.ablate.interaction import interaction_bootstrap, interaction_repeat_test
-from inferopt.config.settings import PairedTest
+from inferopt.config.settings import PRIMARY_HARM, PairedTest
 from inferopt.measure.slo import RequestSLO
 from inferopt.stats.inference import (
     Effect,
@@ -37,6 +38,7 @@ from inferopt.stats.inference import (
     quantile,
     quantile_rows,
     sum_rows,
+    two_family_holm,
 )
 
 
@@ -198,6 +200,8 @@ def compare_arms(
     harm_tolerance: float = 0.05,
     harm_tolerance_abs: float = 0.01,
     tolerances: Mapping[str, float] | None = None,
+    primary_harm: tuple[str, ...] = PRIMARY_HARM,
+    primary_alpha_share: float = 0.8,
 ) -> pd.DataFrame:
     """Effects table for `arm` vs `baseline`: one row per metric with baseline/arm values, diff and ratio with
     CIs, the two-sided p-value, the benefit and harm tests, the minimum detectable effect, the direction.
@@ -207,7 +211,9 @@ def compare_arms(
     Benefit family (with `targets`): the target metrics, two-sided, Holm at `alpha`; without targets every
     metric is in it (the nightly). Harm family: every metric, one-sided — is the arm worse than the baseline by
     more than the tolerance (`harm_tolerance` relative; `harm_tolerance_abs` for share metrics; `tolerances`
-    per metric) — Holm at `alpha`. Each family's family-wise error stays <= alpha."""
+    per metric). Its primary hypotheses (`primary_harm` and every metric with a declared tolerance) start with
+    `primary_alpha_share` of alpha, the others with the rest (`two_family_holm`). Each family's family-wise
+    error stays <= alpha."""
     _known_test(test)
     rows = []
     tolerances = tolerances or {}
@@ -223,7 +229,8 @@ def compare_arms(
             )
         tol = tolerances.get(spec.name, harm_tolerance_abs if spec.tolerance == "absolute" else harm_tolerance)
         rows.append(_effect_row(arm, baseline, spec, eff, test, alpha) | _power_columns(spec, eff, alpha, tol, tol))
-    return _judge_families(pd.DataFrame(rows), targets, alpha)
+    primary = tuple(primary_harm) + tuple(tolerances)
+    return _judge_families(pd.DataFrame(rows), targets, alpha, primary, primary_alpha_share)
 
 
 def _effect_row(arm: str, baseline: str, spec: MetricSpec, eff: Effect, test: str, alpha: float) -> dict:
@@ -251,9 +258,12 @@ def _effect_row(arm: str, baseline: str, spec: MetricSpec, eff: Effect, test: st
     }
 
 
-def _judge_families(table: pd.DataFrame, targets: tuple[str, ...], alpha: float) -> pd.DataFrame:
+def _judge_families(
+    table: pd.DataFrame, targets: tuple[str, ...], alpha: float, primary: tuple[str, ...], primary_share: float
+) -> pd.DataFrame:
     """Benefit family (targets, or every metric without targets: two-sided Holm) and harm family (every
-    metric: one-sided against its tolerance, Holm); `direction` better / worse / none, `significant` either."""
+    metric: one-sided against its tolerance; `primary` first, `two_family_holm`); `direction` better / worse /
+    none, `significant` either; `harm_family` primary / secondary and `harm_level` its starting alpha."""
     if table.empty:
         return table
     p = table["p_value"].fillna(1.0).to_numpy()
@@ -262,7 +272,14 @@ def _judge_families(table: pd.DataFrame, targets: tuple[str, ...], alpha: float)
     benefit = np.zeros(len(table), dtype=bool)
     benefit[in_benefit] = holm(p[in_benefit].tolist(), alpha)
     table["tested"] = True  # every metric is tested: for benefit (targets) and for harm (all)
-    table["harm"] = holm(table["harm_p"].tolist(), alpha)
+    is_primary = table["metric"].isin(primary).to_numpy()
+    table["harm"] = two_family_holm(table["harm_p"].tolist(), is_primary, alpha, primary_share)
+    table["harm_family"] = np.where(is_primary, "primary", "secondary")
+    share = primary_share if is_primary.any() and not is_primary.all() else 1.0
+    n_p, n_s = int(is_primary.sum()), int((~is_primary).sum())
+    table["harm_level"] = np.where(
+        is_primary, alpha * share / max(n_p, 1), alpha * (1.0 - share if n_p else 1.0) / max(n_s, 1)
+    )
     better = np.where(table["lower_is_better"], table["diff"] < 0, table["diff"] > 0)
     worse_benefit = benefit & ~better
     table["significant"] = benefit | table["harm"].to_numpy()
@@ -301,13 +318,12 @@ def arm_verdict(effects: pd.DataFrame, target_metrics: tuple[str, ...]) -> tuple
         elif r.get("harm", False):
             reasons.append(
                 f"{_effect_text(r)}): worse beyond the {_tolerance_text(r)} tolerance (harm test p = "
-                f"{r['harm_p']:.2g}, Holm over every metric){'' if target else ', side effect'}"
+                f"{r['harm_p']:.2g}, {_harm_family_text(r, effects)}){'' if target else ', side effect'}"
             )
         elif _ci_says_worse(r):
-            n_harm = int(effects["harm_p"].notna().sum()) if "harm_p" in effects else 0
             reasons.append(
                 f"{_effect_text(r)}): worse, but not shown beyond the {_tolerance_text(r)} tolerance at this run's "
-                f"power (one-sided p = {r.get('harm_p', float('nan')):.2g}, Holm over {n_harm} metrics, "
+                f"power (one-sided p = {r.get('harm_p', float('nan')):.2g}, {_harm_family_text(r, effects)}, "
                 f"{int(r.get('n_pairs', 0) or 0)} repeats; smallest detectable change "
                 f"x{1 + r.get('mde', float('nan')):.2f})"
                 if r.get("scale", "log") == "log"
@@ -319,13 +335,31 @@ def arm_verdict(effects: pd.DataFrame, target_metrics: tuple[str, ...]) -> tuple
     harmed = effects[effects["harm"].astype(bool)] if "harm" in effects else effects.iloc[0:0]
     tested = int(effects["harm_p"].notna().sum()) if "harm_p" in effects else 0
     if tested and not len(harmed):
-        reasons.append(f"harm: no metric worse beyond its tolerance (one-sided tests, Holm over {tested} metrics)")
+        reasons.append(
+            f"harm: no metric worse beyond its tolerance (one-sided tests over {tested} metrics; "
+            f"{_harm_design_text(effects)})"
+        )
     if (targets["direction"] == "worse").any() or len(harmed):
         return "regresses", reasons
     if (targets["direction"] == "better").any():
         return "improves", reasons
     reasons.append("no target metric moved beyond noise (every CI of the difference includes 0 after Holm)")
     return "no detectable change", reasons
+
+
+def _harm_family_text(r: pd.Series, effects: pd.DataFrame) -> str:
+    """Which harm family a metric was tested in and at what starting level."""
+    fam = r.get("harm_family", "primary")
+    n = int((effects["harm_family"] == fam).sum()) if "harm_family" in effects else len(effects)
+    level = r.get("harm_level", float("nan"))
+    return f"{fam} harm family of {n}, first step at alpha {level:.2g}, Holm"
+
+
+def _harm_design_text(effects: pd.DataFrame) -> str:
+    if "harm_family" not in effects:
+        return "Holm"
+    primary = effects.loc[effects["harm_family"] == "primary", "metric"].tolist()
+    return f"primaries {primary} first, the rest after (weighted Holm, family-wise error <= alpha over all)"
 
 
 def _ci_says_worse(r: pd.Series) -> bool:

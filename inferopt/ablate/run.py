@@ -246,6 +246,8 @@ def ablate(
                 harm_tolerance=settings.harm_tolerance,
                 harm_tolerance_abs=settings.harm_tolerance_abs,
                 tolerances=settings.harm_tolerances,
+                primary_harm=settings.primary_harm,
+                primary_alpha_share=settings.primary_alpha_share,
             )
             for a in comparable
         }

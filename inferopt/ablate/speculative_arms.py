@@ -1,6 +1,7 @@
 """SPEC K5 beside the effects: for every ablation arm that decodes speculatively, the measured acceptance rate a, the
 predicted tokens per round 1 + a + ... + a^k, the measured tokens per round, and the predicted speed-up next to
-the measured one (TPOT p50, baseline / arm, with the CI of the effects table).
+the measured one (TPOT p50, baseline / arm, with the CI of the effects table), and the arm's ITL raw (per token
+as received) against smoothed (each round spread over its tokens): where the bursts of verification show.
 
 - hf engine (`HFSystem.speculative`): every measured request's rounds (`spec_drafted`, `spec_accepted`), pooled
   over the arm's trials; c = mean draft forward (the engine's `spec_*` counters over each trial) / the
@@ -22,6 +23,7 @@ import pandas as pd
 
 from inferopt.ablate.speculative_math import SpeculativeSummary, predicted_speedup, summarize, summarize_counters
 from inferopt.config import AnySystem
+from inferopt.records import pooled_itl_ms
 
 SPEEDUP_METRIC = "tpot_ms_p50"
 
@@ -104,5 +106,13 @@ def speculative_table(arms: list[Any], runs: list[Any], effects: pd.DataFrame) -
             row["measured_speedup"] = 1.0 / e["ratio"] if e["ratio"] else math.nan
             row["measured_speedup_lo"] = 1.0 / e["ratio_hi"] if e["ratio_hi"] else math.nan
             row["measured_speedup_hi"] = 1.0 / e["ratio_lo"] if e["ratio_lo"] else math.nan
+        row |= _itl_columns(ok)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _itl_columns(runs: list[Any]) -> dict[str, float]:
+    """The arm's pooled ITL, raw and smoothed (ms), and its largest burst (tokens in one chunk)."""
+    itl = pooled_itl_ms([rec for run in runs for rec in run.records])
+    keys = ("itl_ms_p50", "itl_ms_p99", "itl_ms_max", "itl_smoothed_ms_p50", "itl_smoothed_ms_p99", "max_chunk_tokens")
+    return {k: itl.get(k, math.nan) for k in keys}

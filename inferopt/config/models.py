@@ -265,6 +265,11 @@ class CandidateConfig(Frozen):
     validation: ValidationSettings = ValidationSettings()
     gate: GateSettings = GateSettings()
     lint: LintSettings = LintSettings()
+    diagnostic: bool = Field(
+        default=False,
+        description="this candidate plants a diagnostic change (diagnostic_decode_delay_ms) to measure the verdict's "
+        "error rates; without it such a knob is refused",
+    )
     allow_hardware_mismatch: bool = Field(
         default=False,
         description="the hardware file describes another device than the system runs on (e.g. to project a CPU "
@@ -299,15 +304,30 @@ class CandidateConfig(Frozen):
             )
         apply_changes(self.baseline, self.changes)  # raises with the offending path
         single_change_systems(self.baseline, self.changes)  # each change alone moves exactly one field
-        unknown = sorted(set(self.ablation.harm_tolerances) - set(METRIC_NAMES))
-        if unknown:
-            raise ValueError(f"ablation.harm_tolerances: unknown metric(s) {unknown}; fix: one of {list(METRIC_NAMES)}")
+        self._diagnostics_declared()
+        for field in ("harm_tolerances", "primary_harm"):
+            unknown = sorted(set(getattr(self.ablation, field)) - set(METRIC_NAMES))
+            if unknown:
+                raise ValueError(f"ablation.{field}: unknown metric(s) {unknown}; fix: one of {list(METRIC_NAMES)}")
         for i, extra in enumerate(self.ablation.extra_arms):  # alternatives: also exactly one field each
             try:
                 single_change_systems(self.baseline, extra)
             except ValueError as exc:
                 raise ValueError(f"ablation.extra_arms[{i}]: {exc}") from exc
         return self
+
+    def _diagnostics_declared(self) -> None:
+        """A planted diagnostic delay is refused in a candidate that does not declare itself diagnostic."""
+        if self.diagnostic:
+            return
+        for where, system in (("baseline", self.baseline), ("changes", apply_changes(self.baseline, self.changes))):
+            delay = getattr(system, "diagnostic_decode_delay_ms", 0.0)
+            if delay:
+                raise ValueError(
+                    f"{where}: diagnostic_decode_delay_ms = {delay:g} plants a sleep in every decode step (a test "
+                    "knob for the verdict's error rates, never production); fix: remove it, or declare the "
+                    "candidate diagnostic: true (error-rate measurements only)"
+                )
 
     @property
     def candidate_system(self) -> AnySystem:

@@ -42,6 +42,10 @@ METRIC_NAMES: tuple[str, ...] = (
     "cpu_time_s",
     "gpu_energy_j",
 )
+# The harm family's primary hypotheses by default: the typical request's two latencies and the failure rate. A
+# median rests on every request of a trial, a p99 on its slowest one or two, so the primaries are where a few
+# repeats can see a regression; the SLO's tails are judged against their bounds by validation anyway.
+PRIMARY_HARM: tuple[str, ...] = ("ttft_ms_p50", "tpot_ms_p50", "failure_rate")
 MIN_REPEATS = 2  # the paired test over repeats (`inferopt.stats.inference.paired_repeat_test`) needs two
 
 
@@ -90,6 +94,16 @@ class AblationSettings(Frozen):
         default_factory=dict,
         description="per-metric tolerances overriding the two above, e.g. {tpot_ms_p50: 0.5}: a change that trades "
         "one metric for another (batching: TPOT for throughput) declares what it may cost (the SLOs still judge it)",
+    )
+
+    primary_harm: tuple[str, ...] = Field(
+        default=PRIMARY_HARM,
+        description="harm family, primary hypotheses (with every metric named in harm_tolerances): tested with "
+        "primary_alpha_share of alpha (Holm), the other metrics with the rest, alpha passed on when a family is "
+        "all rejected (graphical weighted Holm: family-wise error <= alpha over every metric)",
+    )
+    primary_alpha_share: float = Field(
+        default=0.8, gt=0.0, lt=1.0, description="the share of alpha the primary harm hypotheses start with"
     )
 
     @field_validator("harm_tolerances")

@@ -169,6 +169,13 @@ class HFSystem(Frozen):
         description="attention window in tokens (the model's own sliding-window attention, e.g. Mistral; "
         "the cache then keeps only the window); None = as the model's config says",
     )
+    diagnostic_decode_delay_ms: NonNegativeFloat = Field(
+        default=0.0,
+        le=1000.0,
+        description="DIAGNOSTIC, never production: sleep this long in every decode step (after the forward, before "
+        "the tokens go out), a planted TPOT regression that is real engine time, for measuring the verdict's "
+        "error rates (benchmarks/verdict_error_rates.py --engine hf); a candidate using it must say diagnostic: true",
+    )
     enable_prefix_caching: bool = Field(
         default=False,
         description="reuse the KV of shared prompt prefixes across requests (whole blocks keyed by chained token-id "
@@ -226,6 +233,11 @@ class HFSystem(Frozen):
     def _speculative_needs(self) -> HFSystem:
         if self.speculative is None:
             return self
+        if self.diagnostic_decode_delay_ms:
+            raise ValueError(
+                "diagnostic_decode_delay_ms applies to the plain decode loop, not to speculative decoding; fix: "
+                "drop one of the two"
+            )
         if self.batching.max_batch_size != 1:
             raise ValueError(
                 f"speculative: draft-then-verify serves one request at a time, but batching.max_batch_size is "

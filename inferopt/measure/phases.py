@@ -148,28 +148,51 @@ def decomposition_check(
     return out
 
 
-def littles_law(records: Iterable[RequestRecord], rel_tol: float = 0.10) -> dict[str, float | bool]:
-    """Little's law on a run (L = lambda x W): the time-average number of requests in flight over the arrival
-    window (each request from its intended send to its end, clipped to the window) against the arrival rate
-    times the mean time in system of the requests that arrived in it. A request with no end (lost, never
-    answered) counts as in flight until the window closes. `holds` when they agree within `rel_tol`; edge
-    effects (requests still in flight when arrivals stop) make L a little smaller on short runs."""
+def littles_law(
+    records: Iterable[RequestRecord], rel_tol: float = 0.10, trim: float = 0.10
+) -> dict[str, float | bool | str]:
+    """Little's law (L = lambda x W) with L and W on independent clocks, over the steady window (the arrivals
+    between the `trim` and 1 - `trim` quantiles of the intended send times, so warm-up and drain are left out).
+
+    L: the time-average number of requests inside the engine over the window, from the engine's own stamps
+    (server arrival to server done; a request the engine never finished counts until the client gave up or the
+    window closed). Only where fewer than half the requests carry engine stamps is L the client's (intended
+    send to client done), and `littles_L_clock` says so. lambda x W: the client's arrival rate in the window
+    times the mean client time in system (intended send to done) of those arrivals. `littles_status`: "not
+    stationary" when departures in the window fall short of its arrivals by more than `rel_tol` (a queue that
+    grows: the law does not apply, not a failed check), else "holds" within `rel_tol`, else "fails"."""
     recs = [r for r in records if not r.warmup]
-    if len(recs) < 2:
+    if len(recs) < 4:
         return {}
     start = np.array([r.intended_s for r in recs], dtype=float)
-    end = np.array([r.client_done_s if r.client_done_s is not None else np.nan for r in recs], dtype=float)
-    t0, t1 = float(start.min()), float(start.max())
-    if t1 <= t0:
+    client_end = np.array([np.nan if r.client_done_s is None else r.client_done_s for r in recs], dtype=float)
+    w0, w1 = (float(x) for x in np.quantile(start, [trim, 1.0 - trim]))
+    if w1 <= w0:
         return {}
-    end = np.where(np.isnan(end), t1, end)
-    in_flight_s = np.clip(np.minimum(end, t1) - start, 0.0, None).sum()
-    mean_l = float(in_flight_s / (t1 - t0))
-    lam_w = float(len(recs) / (t1 - t0) * np.mean(end - start))
+    last = float(np.nanmax(np.concatenate([client_end, start])))
+    client_end = np.where(np.isnan(client_end), last, client_end)
+    served = np.array([r.arrival_s is not None for r in recs])
+    server_clock = served.mean() >= 0.5
+    if server_clock:
+        enter = np.array([r.arrival_s if r.arrival_s is not None else np.nan for r in recs], dtype=float)
+        leave = np.array([r.done_s if r.done_s is not None else np.nan for r in recs], dtype=float)
+        leave = np.where(np.isnan(leave), client_end, leave)
+    else:
+        enter, leave = start, client_end
+    inside = np.clip(np.minimum(leave, w1) - np.maximum(enter, w0), 0.0, None)
+    mean_l = float(np.nansum(inside) / (w1 - w0))
+    arrived = (start >= w0) & (start <= w1)
+    lam_w = float(arrived.sum() / (w1 - w0) * np.mean(client_end[arrived] - start[arrived]))
+    departed = int(((client_end >= w0) & (client_end <= w1)).sum())
     ratio = mean_l / lam_w if lam_w > 0 else float("nan")
+    stationary = departed >= (1.0 - rel_tol) * int(arrived.sum())
+    status = "not stationary" if not stationary else ("holds" if abs(ratio - 1.0) <= rel_tol else "fails")
     return {
         "littles_L": mean_l,
         "littles_lambda_W": lam_w,
         "littles_ratio": ratio,
-        "littles_holds": bool(abs(ratio - 1.0) <= rel_tol),
+        "littles_L_clock": "server" if server_clock else "client",
+        "littles_departures_per_arrival": departed / max(int(arrived.sum()), 1),
+        "littles_status": status,
+        "littles_holds": status == "holds",
     }

@@ -30,7 +30,7 @@ class MeasureResult:
     phases: pd.DataFrame  # one row per request, with slice columns
     summary: pd.DataFrame  # long: slice_dim, slice_value, metric, stat, value, unit
     headline: dict[str, float]
-    decomposition: dict[str, float | bool]
+    decomposition: dict[str, float | bool | str]  # littles_status, littles_L_clock are words
     resources: dict = field(default_factory=dict)  # this process's CPU time and RSS around the run (resources.py)
 
 

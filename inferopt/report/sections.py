@@ -46,6 +46,14 @@ def _status_line(label: str, status: Any, reasons: list[str] | None = None) -> s
     return out
 
 
+def _littles_status(dec: dict) -> str:
+    """pass / fail / not stationary (older runs carry only `littles_holds`)."""
+    status = dec.get("littles_status")
+    if status == "not stationary":
+        return status
+    return "pass" if dec.get("littles_holds") else "fail"
+
+
 def _figs(step: StepData, names: list[str], used: set[str]) -> list[Part]:
     parts = []
     for n in names:
@@ -115,12 +123,14 @@ def measure(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
         parts.append(
             Part.text(
                 _status_line(
-                    "Little's law: mean in flight = arrival rate x mean time in system (holds in steady state; "
-                    "a queue that grows through the run breaks it)",
-                    "pass" if dec.get("littles_holds") else "fail",
+                    "Little's law over the steady window: mean in the engine (its own clock) = arrival rate x mean "
+                    "time in system (the client's clock); a queue that grows through the run is not stationary",
+                    _littles_status(dec),
                     [
-                        f"L {dec.get('littles_L', float('nan')):.3g} vs lambda x W "
-                        f"{dec.get('littles_lambda_W', float('nan')):.3g} (ratio {dec.get('littles_ratio', 0):.3f})"
+                        f"L {dec.get('littles_L', float('nan')):.3g} ({dec.get('littles_L_clock', 'client')} clock) "
+                        f"vs lambda x W {dec.get('littles_lambda_W', float('nan')):.3g} (ratio "
+                        f"{dec.get('littles_ratio', 0):.3f}); departures per arrival in the window "
+                        f"{dec.get('littles_departures_per_arrival', float('nan')):.2f}"
                     ],
                 )
             )

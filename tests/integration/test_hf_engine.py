@@ -269,3 +269,22 @@ def test_engine_equals_generate_on_cuda(attn: str) -> None:
     for (tokens, server), expected in zip(asyncio.run(scenario()), ref, strict=False):
         assert server.batch_size_at_admit == 3 and tokens == expected
         _check_timings(server, len(tokens))
+
+
+@pytest.mark.slow
+def test_the_diagnostic_decode_delay_is_real_time_in_every_decode_step(models: dict[str, Any]) -> None:
+    # the planted regression of benchmarks/verdict_error_rates.py --engine hf: same tokens, every gap longer
+    async def serve(delay_ms: float) -> tuple[list[int], Any]:
+        engine = make_engine(_system("sdpa").model_copy(update={"diagnostic_decode_delay_ms": delay_ms}))
+        await engine.start()
+        try:
+            return await _consume(engine, GenRequest("d", PROMPTS[1], 8))
+        finally:
+            await engine.stop()
+
+    plain, planted = asyncio.run(serve(0.0)), asyncio.run(serve(40.0))
+    assert planted[0] == plain[0] and len(planted[0]) > 2
+    gaps = [b - a for a, b in zip(planted[1].token_s, planted[1].token_s[1:], strict=False)]
+    assert min(gaps) >= 0.040  # after the first token every decode step slept the 40 ms
+    # the prefill is untouched: the first token comes before any planted sleep
+    assert planted[1].prefill_end_s - planted[1].prefill_start_s < 0.040 + min(gaps)

@@ -5,6 +5,7 @@ carries several tokens is a burst: zero gaps, then one long one)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from inferopt.config import SLOConfig
@@ -129,3 +130,79 @@ def test_an_engine_without_a_prefix_cache_has_no_misses_only_not_applicable() ->
     assert HFSystem(model=ModelSpec(path="builtin:tiny-llama")).capabilities.prefix_cache is False
     assert set(add_slices(phases, edges, prefix_cache=False)["cache_hit"]) == {NO_CACHE}
     assert set(add_slices(phases, edges, prefix_cache=True)["cache_hit"]) == {"miss"}
+
+
+def _steady(rng: np.random.Generator, n: int, gap_s: float, engine_s: float, transport_s: float) -> list:
+    """Requests every ~gap_s, each `engine_s` inside the engine and `transport_s` more on the client's clock."""
+    starts = np.cumsum(rng.exponential(gap_s, n))
+    return [
+        RequestRecord(
+            request_id=f"r{i}",
+            outcome="ok",
+            intended_s=s,
+            arrival_s=s + transport_s / 2,
+            done_s=s + transport_s / 2 + engine_s,
+            client_done_s=s + engine_s + transport_s,
+        )
+        for i, s in enumerate(starts)
+    ]
+
+
+def test_littles_law_takes_L_from_the_engines_clock_and_lambda_w_from_the_clients() -> None:
+    from inferopt.measure.phases import littles_law
+
+    rng = np.random.default_rng(5)
+    law = littles_law(_steady(rng, 400, 0.1, engine_s=0.5, transport_s=0.002))
+    assert law["littles_L_clock"] == "server" and law["littles_status"] == "holds"
+    assert law["littles_L"] == pytest.approx(5.0, rel=0.15)
+    # the engine saw each request for 0.3 s, the client for 0.5 s: the clocks disagree and the check says so
+    skewed = littles_law(_steady(rng, 400, 0.1, engine_s=0.3, transport_s=0.2))
+    assert skewed["littles_status"] == "fails" and skewed["littles_ratio"] == pytest.approx(0.6, abs=0.08)
+
+
+def test_littles_law_says_not_stationary_when_arrivals_outpace_departures() -> None:
+    from inferopt.measure.phases import littles_law
+
+    # one server, 0.2 s per request, arrivals every 0.1 s: the queue grows through the run
+    starts = np.arange(200) * 0.1
+    done = 0.2 * (np.arange(200) + 1)
+    recs = [
+        RequestRecord(request_id=f"q{i}", outcome="ok", intended_s=s, arrival_s=s, done_s=d, client_done_s=d)
+        for i, (s, d) in enumerate(zip(starts, done, strict=True))
+    ]
+    law = littles_law(recs)
+    assert law["littles_status"] == "not stationary" and not law["littles_holds"]
+    assert law["littles_departures_per_arrival"] == pytest.approx(0.5, abs=0.1)
+
+
+def test_itl_raw_shows_the_speculative_bursts_and_smoothed_spreads_each_round() -> None:
+    from types import SimpleNamespace
+
+    from inferopt.ablate.speculative_arms import speculative_table
+    from inferopt.config import BatchingKnobs, HFSystem, ModelSpec
+    from inferopt.records import smoothed_gaps_ms
+
+    # rounds of 3 tokens every 30 ms (a speculative stream) against one token every 10 ms (plain)
+    chunk_s = [0.0, 0.03, 0.06, 0.09]
+    spec = RequestRecord(
+        request_id="s",
+        outcome="ok",
+        client_chunk_s=chunk_s,
+        client_chunk_tokens=[1, 3, 3, 3],
+        client_token_s=[0.0] + [t for t in chunk_s[1:] for _ in range(3)],
+    )
+    assert smoothed_gaps_ms(spec.client_chunk_s, spec.client_chunk_tokens) == pytest.approx([10.0] * 9)
+    itl = pooled_itl_ms([spec])
+    assert itl["itl_ms_p50"] == pytest.approx(0.0) and itl["itl_ms_max"] == pytest.approx(30.0)  # the bursts
+    assert itl["itl_smoothed_ms_p50"] == pytest.approx(10.0) and itl["itl_smoothed_ms_max"] == pytest.approx(10.0)
+    assert itl["max_chunk_tokens"] == 3.0
+    system = HFSystem(
+        model=ModelSpec(path="builtin:tiny-llama"),
+        batching=BatchingKnobs(max_batch_size=1),
+        speculative={"draft_model": "layers:1"},
+    )
+    arm = SimpleNamespace(name="candidate", system=system)
+    run = SimpleNamespace(tags=SimpleNamespace(arm="candidate"), failed=False, server_metrics={}, records=[spec])
+    row = speculative_table([arm], [run], pd.DataFrame()).iloc[0]
+    assert row["itl_ms_p99"] > 25.0 and row["itl_smoothed_ms_p99"] == pytest.approx(10.0)
+    assert row["max_chunk_tokens"] == 3.0

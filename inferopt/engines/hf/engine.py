@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -166,6 +167,7 @@ class HFEngine(EngineBase):
         self.kv = KVMeter()  # KV-cache bytes measured from the cache tensors after every batch
         self.prefix: PrefixKVCache | None = None  # enable_prefix_caching: block KV kept across batches
         self._warmup_since_reset = False
+        self._decode_delay_s = system.diagnostic_decode_delay_ms / 1000.0  # diagnostic only (see HFSystem)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -397,6 +399,8 @@ class HFEngine(EngineBase):
                     raise RuntimeError("engine stopped mid-batch")
                 with self.events.phase("decode"):
                     tokens = batch.step()
+                    if self._decode_delay_s:  # the planted diagnostic delay: real time in the decode step
+                        time.sleep(self._decode_delay_s)
             t = now_s()
             items = []
             emitted = 0
