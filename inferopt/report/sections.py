@@ -201,7 +201,11 @@ def sessions(step: StepData, run: RunData, used: set[str]) -> list[Part]:
     cost = gate.tables.get("cost") if gate is not None else None
     if cost is not None and "cost_per_successful_session_usd" in cost:
         cols = [c for c in ("arm", "tasks", "successful", "cost_per_successful_session_usd") if c in cost]
-        parts.append(Part.text(table_html(cost[cols], caption="cost per successful session (USD)", source="gate/cost")))
+        parts.append(
+            Part.text(
+                table_html(cost[cols], caption="cost per successful session (USD)", source=f"{gate.name}/cost.parquet")
+            )
+        )
     else:
         parts.append(Part.text('<p class="missing">Cost per successful session: the gate did not run.</p>'))
     parts.append(Part.text(details("every session", table_html(table, max_rows=200, caption="sessions", source=src))))
