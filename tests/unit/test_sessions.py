@@ -35,6 +35,9 @@ from inferopt.measure.runner import RunTags
 from inferopt.measure.session import run_system
 from inferopt.measure.session_table import session_check, session_outcomes, session_table
 from inferopt.measure.slo import RequestSLO
+from inferopt.report.rundir import RunData, StepData
+from inferopt.report.sections import session_latency as report_session_latency
+from inferopt.report.sections import sessions as report_sessions
 from inferopt.transport.toolservice import ToolCall, ToolClient, ToolService
 from inferopt.workload import build_workload, workload_hash
 from inferopt.workload.sessions import has_sessions, sample_delay_ms
@@ -253,3 +256,21 @@ def test_cost_counts_the_session_as_the_task() -> None:
         and single["successful"] == 3
         and "cost_per_successful_session_usd" not in single
     )
+
+
+def test_report_shows_session_latency_and_cost_per_session() -> None:
+    sessions = pd.DataFrame(
+        {"session_id": ["a", "b"], "arm": "baseline", "trial": 0, "task_ms": [100.0, 300.0], "tool_ms": [10.0, 30.0],
+         "history_ms": [1.0, 2.0], "think_ms": [5.0, 6.0], "outcome": ["ok", "failed"]}
+    )  # fmt: skip
+    dec = {"decomposition": {"session_adds_up": True, "sessions_checked": 1, "session_share_within_tol": 1.0}}
+    measure = StepData("1-measure", tables={"sessions": sessions}, docs={"measure": dec})
+    cost = pd.DataFrame(
+        {"arm": ["baseline"], "tasks": [2], "successful": [1], "cost_per_successful_session_usd": [2e-6]}
+    )
+    run = RunData("r", steps={"measure": measure, "gate": StepData("6-gate", tables={"cost": cost})})
+    html = " ".join(p.html for p in report_sessions(measure, run, set()))
+    assert "session latency" in html and "cost per successful session" in html and "2.000e-06" in html
+    assert report_session_latency(sessions).iloc[0]["success rate"] == 0.5
+    no_gate = " ".join(p.html for p in report_sessions(measure, RunData("r", steps={"measure": measure}), set()))
+    assert "the gate did not run" in no_gate
