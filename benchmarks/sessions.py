@@ -74,6 +74,9 @@ def main() -> None:
     print(res.sessions.drop(columns=["arm", "trial"]).to_string(index=False))
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in dec.items()})
     print({k: round(v, 2) for k, v in res.headline.items() if k.startswith("session")})
+    by_turn = ok.assign(turn_kind=np.where(ok["turn"] == 0, "first", "later")).groupby("turn_kind")
+    cols = ["ttft_ms", "queue_ms", "prefill_ms", "context_ms", "external_ms", "e2e_ms", "input_len", "cached_tokens"]
+    print("p50 per turn kind (ok turns):\n" + by_turn[cols].median().round(1).to_string())
     print(f"later turns' cache hit rate {float((later['cached_tokens'] > 0).mean()) if len(later) else 0:.3f}")
     threads = int(getattr(system, "torch_threads", 1) or 1)
     hw = load_hardware(hw_cfg, getattr(system, "dtype", "float32"), threads)

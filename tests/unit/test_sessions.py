@@ -150,8 +150,8 @@ def test_tool_service_latency_is_measured_and_it_stops(tmp_path) -> None:
         try:
             await client.call(0.0, 1, 0)  # connect once
             t0 = time.perf_counter()
-            out = await asyncio.gather(*(client.call(60.0, 5, s) for s in range(3)))
-            assert time.perf_counter() - t0 < 0.17  # the calls overlapped at the service
+            out = await asyncio.gather(*(client.call(250.0, 5, s) for s in range(3)))
+            assert time.perf_counter() - t0 < 0.7  # the calls overlapped at the service (one after another: 0.75 s)
             return out
         finally:
             await client.close()
@@ -159,7 +159,7 @@ def test_tool_service_latency_is_measured_and_it_stops(tmp_path) -> None:
     with ToolService() as service:
         assert service.url.startswith("http://127.0.0.1:")
         out = asyncio.run(calls(service.url))
-    assert all(0.060 <= c.measured_s < 0.5 for c in out)
+    assert all(0.250 <= c.measured_s < 0.7 for c in out)
     assert all(len(c.token_ids) == 5 and all(3 <= t < 100 for t in c.token_ids) for c in out)
     assert out[0].token_ids != out[1].token_ids
     assert not [t for t in threading.enumerate() if t.name == "tool-service"]
