@@ -80,6 +80,11 @@ class RequestRecord:
     client_chunk_tokens: list[int] = field(default_factory=list)  # tokens in each chunk (same length as client_chunk_s)
     client_done_s: float | None = None
     external_s: float = 0.0  # T_external: tool calls / transport the client spent outside the engine
+    history_s: float = 0.0  # client-side C_context: the session history's read from its store before the send
+    # multi-turn sessions (empty / -1 / 0 for a single request): its session, its turn, the session's planned turns
+    session_id: str = ""
+    turn: int = -1
+    session_turns: int = 0
     output_len: int = 0
     # server side
     arrival_s: float | None = None

@@ -52,6 +52,8 @@ def log_measure(tracker: Tracker, result: MeasureResult, name: str) -> None:
     tracker.table(result.workload, "workload.parquet", name)
     tracker.table(result.phases, "phases.parquet", name)
     tracker.table(result.summary, "summary.parquet", name)
+    if len(result.sessions):  # a multi-turn load: one row per session (task time, tool and history time, outcome)
+        tracker.table(result.sessions, "sessions.parquet", name)
     log_records(tracker, result.run.records, name)
     for dim in ("input_bucket", "output_bucket", "concurrency_bucket"):
         tracker.figure(plots.phase_stack(result.phases, dim), f"phase_stack_{dim}.png", name)

@@ -23,6 +23,14 @@ from pydantic import (
 
 from inferopt.config.bounds import MAX_COUNT, Count, RatePerS, Seconds, Seed, Tokens
 from inferopt.config.capabilities import Capabilities, KVBudget, Speculation  # noqa: F401 - re-exported
+from inferopt.config.sessions import (  # noqa: F401 - re-exported
+    DelayConfig,
+    HistoryConfig,
+    MessageLengthConfig,
+    SessionsConfig,
+    ToolConfig,
+    TurnsConfig,
+)
 from inferopt.config.settings import (  # noqa: F401 - re-exported
     METRIC_NAMES,
     AblationSettings,
@@ -173,6 +181,9 @@ class WorkloadConfig(Frozen):
         "natural: the model stops at EOS. Unset: forced for trace replay and capacity probes, natural for "
         "synthetic loads and for arms whose changes can change outputs",
     )
+    sessions: SessionsConfig | None = Field(
+        default=None, description="multi-turn sessions (arrivals are sessions; see inferopt.config.sessions)"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:
@@ -180,6 +191,11 @@ class WorkloadConfig(Frozen):
             raise ValueError(
                 "give exactly one of `arrival` (synthetic workload) or `trace` (replay a file); fix: "
                 "e.g. arrival: {kind: poisson, rate_per_s: 2}, or trace: {path: trace.jsonl}"
+            )
+        if self.sessions is not None and self.trace is not None:
+            raise ValueError(
+                "`sessions` synthesises sessions from `arrival`; a trace brings its own (session_id/turn columns); "
+                "fix: drop `sessions` or replace `trace` by an `arrival` process"
             )
         return self
 
@@ -414,26 +430,32 @@ __all__ = [
     "Capabilities",
     "ConfigError",
     "ConstantArrivals",
+    "DelayConfig",
     "FakeSystem",
     "Frozen",
     "GammaArrivals",
     "GateSettings",
     "HFSystem",
     "HardwareConfig",
+    "HistoryConfig",
     "KVBudget",
     "LengthConfig",
     "LintSettings",
     "MeasureSettings",
+    "MessageLengthConfig",
     "ModelSpec",
     "OpenAISystem",
     "PoissonArrivals",
     "PrefixConfig",
     "SLOConfig",
+    "SessionsConfig",
     "ScenarioConfig",
     "Speculation",
     "SystemConfig",
     "TenantConfig",
+    "ToolConfig",
     "TraceConfig",
+    "TurnsConfig",
     "VLLMSystem",
     "ValidationSettings",
     "WorkloadConfig",

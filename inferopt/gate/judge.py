@@ -7,7 +7,8 @@ reported; for a pure systems change the suite must not fail *and* outputs must n
 change was not the pure systems change it claimed to be.
 
 Cost per successful *task* = (device-hours × price + energy × electricity price) / (requests served within the
-SLO × the arm's task success rate on the suite, an estimate of "answered correctly", labelled as such). On CPU
+SLO × the arm's task success rate on the suite, an estimate of "answered correctly", labelled as such); with
+sessions in the load the task is the session (every turn served within the SLO), not the request. On CPU
 the energy is TDP × an utilisation estimate, and says so.
 
 Deliberately not here: running the suite (suite_gate.py) or the statistics (sliced.py).
@@ -25,6 +26,7 @@ import pandas as pd
 from inferopt.config import GateSettings, SLOConfig
 from inferopt.gate.cost import cost_per_successful_task, energy_estimate_j
 from inferopt.locate.hardware import HardwareProfile
+from inferopt.measure.session_table import has_session_rows, session_outcomes
 
 USD_PER_KWH = 0.15  # a rough industrial electricity price; reported beside every cost figure
 
@@ -56,7 +58,7 @@ def cost_table(
     for arm, sub in trials[~trials["failed"]].groupby("arm"):
         device_s = float(sub["duration_s"].sum())
         phases = pd.concat(list(sub["phases"]), ignore_index=True)
-        n_success = int(within_slo(phases, slo).sum())
+        n_tasks, n_success, unit = successful_tasks(phases, slo)
         energy_j, energy_label = _energy(sub, device_s, hw, threads_by_arm.get(arm, 1) / cores)
         replicas, memory_label = replicas_for_kv(sub, phases, hw.memory_bytes)
         cost = cost_per_successful_task(
@@ -66,8 +68,10 @@ def cost_table(
             "arm": arm,
             "device_s": device_s,
             "requests": len(phases),
+            "task_unit": unit,
+            "tasks": n_tasks,
             "successful": n_success,
-            "success_rate": n_success / max(1, len(phases)),
+            "success_rate": n_success / max(1, n_tasks),
             "energy_j": energy_j,
             "energy_basis": energy_label,
             "replicas": replicas,
@@ -82,11 +86,23 @@ def cost_table(
                     "task_success_rate": rate,
                     "successful_tasks": tasks_ok,
                     "cost_per_successful_task_usd": cost["total_cost_usd"] / tasks_ok if tasks_ok > 0 else None,
-                    "task_success_basis": "estimate: within-SLO requests x the arm's suite accuracy",
+                    "task_success_basis": f"estimate: within-SLO {unit}s x the arm's suite accuracy",
                 }
             )
+        if unit == "session":
+            row["cost_per_successful_session_usd"] = cost["cost_per_success_usd"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def successful_tasks(phases: pd.DataFrame, slo: SLOConfig) -> tuple[int, int, Literal["request", "session"]]:
+    """(tasks, successful tasks, the unit): a task is a request served within the SLO — or, when the load has
+    sessions, a session all of whose planned turns were (`inferopt.measure.session_table`)."""
+    met = within_slo(phases, slo)
+    if has_session_rows(phases):
+        outcomes = session_outcomes(phases, met.to_numpy())
+        return len(outcomes), int((outcomes["outcome"] == "ok").sum()), "session"
+    return len(phases), int(met.sum()), "request"
 
 
 def _resource(sub: pd.DataFrame, key: str) -> list[float]:
@@ -193,9 +209,10 @@ def judge_cost(costs: pd.DataFrame) -> tuple[CostStatus, list[str]]:
     if not np.isfinite(c):
         return "fail", [f"candidate served no request within SLO (cost per success is infinite; baseline {b:.3g} USD)"]
     passed = c <= b * 1.0 or not np.isfinite(b)
+    unit = str(base.get("task_unit", "request"))
     return ("pass" if passed else "fail"), [
-        f"{'cost per successful task' if col.endswith('task_usd') else 'cost per successful request'}: "
-        f"baseline {b:.3g} USD ({int(base['successful'])} ok within SLO), "
+        f"{'cost per successful task' if col.endswith('task_usd') else f'cost per successful {unit}'}: "
+        f"baseline {b:.3g} USD ({int(base['successful'])} {unit}s ok within SLO), "
         f"candidate {c:.3g} USD ({int(cand['successful'])}) -> {'not more expensive' if passed else 'more expensive'}"
     ]
 

@@ -2,14 +2,14 @@
 
   TTFT      = client first token - intended send time          (what the user saw)
             = send_lag + Q + C_context + T_prefill + T_first + residual_ttft
-  send_lag  = sent - intended              (client behind schedule)
+  send_lag  = sent - intended - history    (client behind schedule)
   Q         = admitted - arrival           (engine queue)
-  C_context = context_ready - admitted     (prompt/context preparation)
+  C_context = context_ready - admitted + history (prompt/context preparation; history = a session's store read)
   T_prefill = prefill_end - context_ready  (the prefill forward: all prompt tokens, builds KV)
   T_first   = first token emitted - prefill_end  (sampling + emission of the first token)
   residual  = what the engine did not see: transport to the engine and back to the client.
   TPOT      = mean gap between client tokens after the first; E2E = client done - intended
-            = TTFT + (N-1) x TPOT + T_external + residual_e2e.
+            = TTFT + (N-1) x TPOT + T_external + residual_e2e   (T_external: a turn's measured tool calls).
 A residual is reported per request, never folded away; `decomposition_check` says whether it adds up (SPEC M3).
 Deliberately not here: percentiles and slicing (`slices.py`), verdicts (`inferopt.locate`).
 """
@@ -36,6 +36,7 @@ PHASE_COLUMNS = (
     "decode_ms",
     "e2e_ms",
     "external_ms",
+    "history_ms",
     "ttft_residual_ms",
     "e2e_residual_ms",
 )
@@ -81,9 +82,13 @@ def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame
             "finish_reason",
         ]
     ].copy()
-    out["send_lag_ms"] = _ms(df["sent_s"], df["intended_s"])
+    for col, missing in (("session_id", ""), ("turn", -1), ("session_turns", 0)):  # older records lack them
+        out[col] = df[col] if col in df else missing
+    history_ms = pd.to_numeric(df["history_s"]) * 1000.0 if "history_s" in df else pd.Series(0.0, index=df.index)
+    out["history_ms"] = history_ms
+    out["send_lag_ms"] = _ms(df["sent_s"], df["intended_s"]) - history_ms
     out["queue_ms"] = _ms(df["admitted_s"], df["arrival_s"])
-    out["context_ms"] = _ms(df["context_ready_s"], df["admitted_s"])
+    out["context_ms"] = _ms(df["context_ready_s"], df["admitted_s"]) + history_ms
     out["prefill_ms"] = _ms(df["prefill_end_s"], df["context_ready_s"])
     out["first_ms"] = _ms(df["first_token_s"], df["prefill_end_s"])
     out["ttft_ms"] = _ms(df["client_first_token_s"], df["intended_s"])
@@ -144,6 +149,9 @@ def decomposition_check(
         out[f"{name}_residual_ms_p99"] = float(res.quantile(0.99)) if len(ok) else float("nan")
         out[f"{name}_residual_ms_max_abs"] = float(res.abs().max()) if len(ok) else float("nan")
         adds_up &= bool(median_abs <= max(abs_tol_ms, rel_tol * float(size.median())) and share >= min_share)
+    ext = ok["external_ms"].astype(float) if "external_ms" in ok else pd.Series(dtype=float)
+    out["n_with_external"] = int((ext > 0).sum())  # requests whose E2E holds a measured T_external (tool calls)
+    out["external_ms_p50_nonzero"] = float(ext[ext > 0].median()) if (ext > 0).any() else 0.0
     out["adds_up"] = bool(adds_up)
     return out
 

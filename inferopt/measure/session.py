@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,13 +27,17 @@ import pandas as pd
 from inferopt.config import AnySystem
 from inferopt.engines import EngineFactory, make_engine
 from inferopt.engines.vllm.serve import vllm_metrics
+from inferopt.measure.agentic import run_sessions
+from inferopt.measure.history import SQLiteHistory
 from inferopt.measure.join import aggregate_join, join_server_timings, rewrite_records
 from inferopt.measure.phases import phase_table
 from inferopt.measure.resources import ResourceSampler, load_window
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
 from inferopt.model.loading import resolve_model_dir
 from inferopt.records import RecordSink, RecordWriteError, RequestRecord, clock_offset_s
+from inferopt.transport.toolservice import ToolClient, ToolService
 from inferopt.workload.output_lengths import run_mode
+from inferopt.workload.sessions import has_sessions
 
 
 @dataclass
@@ -71,6 +76,9 @@ def run_deadline_s(table: pd.DataFrame, timeout_s: float, warmup: int) -> float:
     """The longest a trial's load may take: its schedule, each warm-up and the last request given the whole
     request timeout, and `DEADLINE_ALLOWANCE_S` for the scrapes and the join."""
     span_s = float(table["arrival_offset_s"].max()) if len(table) else 0.0
+    if has_sessions(table) and len(table):  # closed-loop turns: a session may take each turn's timeout, thinks, tools
+        per_turn_s = timeout_s + (table["think_ms"] + table["tool_sleep_ms"].map(lambda t: sum(json.loads(t)))) / 1e3
+        span_s += float(per_turn_s.groupby(table["session_id"]).sum().max()) - timeout_s
     return span_s + (warmup + 1) * timeout_s + DEADLINE_ALLOWANCE_S
 
 
@@ -129,6 +137,22 @@ async def _join(engine: Any, result: LoadResult) -> dict[str, Any]:
     return out
 
 
+async def _replay_sessions(
+    engine: Any, table: pd.DataFrame, *, vocab_size: int, timeout_s: float, **kw: Any
+) -> LoadResult:
+    """A session table's replay with its services: a fresh SQLite history store (a temporary file) and the local
+    tool service on 127.0.0.1, both stopped when the replay ends, however it ends."""
+    with tempfile.TemporaryDirectory(prefix="inferopt-history-") as tmp, ToolService() as service:
+        client = ToolClient(service.url, vocab_size, timeout_s=timeout_s)
+        try:
+            with SQLiteHistory(Path(tmp) / "history.sqlite") as store:
+                return await run_sessions(
+                    engine, table, vocab_size=vocab_size, timeout_s=timeout_s, tools=client, history=store, **kw
+                )
+        finally:
+            await client.close()
+
+
 async def _run(
     system: AnySystem,
     table: pd.DataFrame,
@@ -176,7 +200,8 @@ async def _load_and_join(
 ) -> tuple[LoadResult, dict[str, Any]]:
     offset_before = clock_offset_s()
     mode = run_mode(table, system.capabilities)
-    result = await run_open_loop(
+    replay = _replay_sessions if has_sessions(table) else run_open_loop
+    result = await replay(
         engine,
         table,
         vocab_size=vocab_size_of(system),

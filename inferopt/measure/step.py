@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from inferopt.config import AnySystem, CandidateConfig, SLOConfig, WorkloadConfig
@@ -16,7 +17,17 @@ from inferopt.measure.phases import decomposition_check, littles_law
 from inferopt.measure.resources import process_usage, usage_delta
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
-from inferopt.measure.slices import SliceEdges, add_slices, cache_hits, edges_from_workload, headline, summarize
+from inferopt.measure.session_table import has_session_rows, session_check, session_headline, session_table
+from inferopt.measure.slices import (
+    LATENCY_METRICS,
+    SLICE_DIMS,
+    SliceEdges,
+    add_slices,
+    cache_hits,
+    edges_from_workload,
+    headline,
+    summarize,
+)
 from inferopt.measure.slo import RequestSLO
 from inferopt.records import pooled_itl_ms
 from inferopt.workload.build import build_workload
@@ -32,6 +43,7 @@ class MeasureResult:
     headline: dict[str, float]
     decomposition: dict[str, float | bool | str]  # littles_status, littles_L_clock are words
     resources: dict = field(default_factory=dict)  # this process's CPU time and RSS around the run (resources.py)
+    sessions: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per session (session_table.py), if any
 
 
 def measure(candidate: CandidateConfig, out_dir: str | Path, run_tag: str = "") -> MeasureResult:
@@ -76,15 +88,27 @@ def measure_system(
         raise RuntimeError(f"measure: the baseline could not be measured: {run.error}")
     phases = add_slices(run.phases, edges, system.capabilities.prefix_cache)
     req_slo = RequestSLO.of(workload, slo)
+    sessions, metrics, dims = pd.DataFrame(), LATENCY_METRICS, SLICE_DIMS
+    if has_session_rows(phases):  # tool and history time are phases of their own; first vs later turns a slice
+        sessions = session_table(run.records, phases, req_slo.meets_slo(phases))
+        metrics = (*LATENCY_METRICS, "context_ms", "history_ms", "external_ms")
+        phases["turn_kind"] = np.where(phases["turn"].astype(int) == 0, "first", "later")
+        dims = (*SLICE_DIMS, "turn_kind")
     return MeasureResult(
         run=run,
         workload=table,
         edges=edges,
         phases=phases,
-        summary=summarize(phases, group=("arm",), slo=req_slo, duration_s=run.duration_s),
+        summary=summarize(
+            phases, group=("arm",), slo=req_slo, duration_s=run.duration_s, metrics=metrics, slice_dims=dims
+        ),
         headline=headline(phases, run.duration_s, req_slo)
         | pooled_itl_ms(run.records)
-        | cache_hits(phases, run.server_metrics),
-        decomposition=decomposition_check(phases) | littles_law(run.records),
+        | cache_hits(phases, run.server_metrics)
+        | session_headline(sessions),
+        decomposition=decomposition_check(phases)
+        | littles_law(run.records)
+        | (session_check(sessions) if len(sessions) else {}),
         resources=resources,
+        sessions=sessions,
     )

@@ -146,6 +146,7 @@ def measure(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
                 )
             )
         )
+    parts += sessions(step, run, used)
     parts.append(Part.text("<h3>Where the time goes, and latency CDFs per slice</h3>"))
     parts += _figs(step, sorted(n for n in step.figures if n.startswith("phase_stack_")), used)
     grid = figures.cdf_grid(run.phases) if run.phases is not None else None
@@ -167,6 +168,58 @@ def measure(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:
             )
         )
     return parts, used
+
+
+def session_latency(sessions: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm: sessions, success rate and the p50/p95/p99 of task, tool and history time (ms)."""
+    rows = []
+    for arm, sub in sessions.groupby("arm") if "arm" in sessions else [("", sessions)]:
+        row: dict[str, Any] = {"arm": arm, "sessions": len(sub), "success rate": float((sub["outcome"] == "ok").mean())}
+        for col in ("task_ms", "tool_ms", "history_ms", "think_ms"):
+            for q in (0.5, 0.95, 0.99):
+                row[f"{col.removesuffix('_ms')} p{round(q * 100)}"] = float(pd.to_numeric(sub[col]).quantile(q))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def sessions(step: StepData, run: RunData, used: set[str]) -> list[Part]:
+    """A multi-turn load's session-level latency, the per-session decomposition and cost per successful session
+    (from the gate's cost table, when the gate ran)."""
+    table = step.tables.get("sessions")
+    if table is None or table.empty:
+        return []
+    used.add("sessions")
+    dec = step.docs.get("measure", {}).get("decomposition", {}) if isinstance(step.docs.get("measure"), dict) else {}
+    parts = [Part.text("<h3>Sessions (a session is the user's task)</h3>")]
+    if "session_adds_up" in dec:
+        parts.append(
+            Part.text(
+                _status_line(
+                    "Per session: task time = turns' (TTFT + (N-1) x TPOT + T_external) + think time",
+                    "pass" if dec.get("session_adds_up") else "fail",
+                    [
+                        f"{dec.get('sessions_checked')} complete sessions, share within tolerance "
+                        f"{dec.get('session_share_within_tol')}, residual p50 "
+                        f"{dec.get('session_residual_ms_p50', float('nan')):.3g} ms"
+                    ],
+                )
+            )
+        )
+    src = f"{step.name}/sessions.parquet"
+    parts.append(Part.text(table_html(session_latency(table), caption="session latency (ms)", source=src)))
+    gate = run.step("gate")
+    cost = gate.tables.get("cost") if gate is not None else None
+    if cost is not None and "cost_per_successful_session_usd" in cost:
+        cols = [c for c in ("arm", "tasks", "successful", "cost_per_successful_session_usd") if c in cost]
+        parts.append(
+            Part.text(
+                table_html(cost[cols], caption="cost per successful session (USD)", source=f"{gate.name}/cost.parquet")
+            )
+        )
+    else:
+        parts.append(Part.text('<p class="missing">Cost per successful session: the gate did not run.</p>'))
+    parts.append(Part.text(details("every session", table_html(table, max_rows=200, caption="sessions", source=src))))
+    return parts
 
 
 def locate(step: StepData, run: RunData) -> tuple[list[Part], set[str]]:

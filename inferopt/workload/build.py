@@ -1,6 +1,7 @@
 """A workload is a table: one row per request (arrival offset, lengths, prefix group, tenant, priority).
 
-A workload is synthetic (`arrival` + `lengths` + `prefix` + `tenants`) or a replayed trace (`trace`, read
+A workload is synthetic (`arrival` + `lengths` + `prefix` + `tenants`; with `sessions`, one row per turn of
+multi-turn sessions: `sessions.py`) or a replayed trace (`trace`, read
 by `inferopt.workload.trace` into the same columns). The same `WorkloadConfig` always gives the same table (each sampler
 has its own seeded generator, derived from the workload seed), and the table carries a content hash so runs can prove
 they replayed the same load. Prompts are materialised separately (`prompt_token_ids`), deterministically from the table
@@ -19,9 +20,10 @@ import pandas as pd
 
 from inferopt.config import WorkloadConfig
 from inferopt.workload.arrivals import arrival_offsets_s
-from inferopt.workload.columns import WORKLOAD_COLUMNS
+from inferopt.workload.columns import SESSION_COLUMNS, WORKLOAD_COLUMNS
 from inferopt.workload.lengths import sample_lengths
 from inferopt.workload.output_lengths import declared_default, mark
+from inferopt.workload.sessions import build_sessions
 from inferopt.workload.trace import load_trace
 
 
@@ -37,6 +39,10 @@ def build_workload(
     `attrs["output_lengths"]` is the workload's mode (`output_lengths.declared_default`)."""
     if cfg.trace is not None:
         table = load_trace(cfg.trace, cfg, num_requests, count_tokens)
+        table.attrs["content_hash"] = workload_hash(table)
+        return mark(table, declared_default(cfg))
+    if cfg.sessions is not None:  # one row per turn (workload/sessions.py)
+        table = build_sessions(cfg, num_requests)
         table.attrs["content_hash"] = workload_hash(table)
         return mark(table, declared_default(cfg))
     n = num_requests or cfg.num_requests
@@ -68,10 +74,12 @@ def build_workload(
 
 
 def workload_hash(table: pd.DataFrame) -> str:
-    """sha256 (16 hex) over the table's values in canonical column order — independent of pandas attrs."""
-    canon = table.loc[:, list(WORKLOAD_COLUMNS)].reset_index(drop=True)
+    """sha256 (16 hex) over the table's values in canonical column order — independent of pandas attrs. A
+    session table's plan columns count too (a table without them hashes as before)."""
+    columns = list(WORKLOAD_COLUMNS) + [c for c in SESSION_COLUMNS if c in table.columns]
+    canon = table.loc[:, columns].reset_index(drop=True)
     digest = hashlib.sha256(pd.util.hash_pandas_object(canon, index=True).values.tobytes())
-    digest.update(",".join(WORKLOAD_COLUMNS).encode())
+    digest.update(",".join(columns).encode())
     return digest.hexdigest()[:16]
 
 

@@ -13,3 +13,6 @@ WORKLOAD_COLUMNS = (
     "tenant",
     "priority",
 )
+
+# a session workload's extra columns (`sessions.py`): one row per turn, its session and the plan after the turn
+SESSION_COLUMNS = ("session_id", "turn", "session_turns", "think_ms", "tool_sleep_ms", "tool_result_tokens")

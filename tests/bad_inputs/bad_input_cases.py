@@ -691,6 +691,12 @@ def _workload_cases() -> None:
     case("wl-tenant-weight", "workload", S(W, "tenants", [{"name": "a", "weight": 0}]), file=W, field="weight")
     case("wl-tenant-no-name", "workload", S(W, "tenants", [{"weight": 1}]), file=W, field="name")
     case("wl-typo", "workload", S(W, "num_request", 5), file=W, field="num_request")
+    case("wl-sessions-turns", "workload", S(W, "sessions", {"turns": {"min": 5, "max": 2}}), file=W, field="turns")
+    tools = {"tools": {"probability": 1.5}}
+    case("wl-sessions-tool-probability", "workload", S(W, "sessions", tools), file=W, field="probability")
+    think = {"think": {"kind": "weibull"}}
+    case("wl-sessions-think-kind", "workload", S(W, "sessions", think), file=W, field="kind")
+    case("wl-sessions-store", "workload", S(W, "sessions", {"history": {"store": "redis"}}), file=W, field="store")
     case("wl-file-missing", "workload", RM(W), file=C, field="workload")
     case("wl-ref-dir", "workload", DIR("wdir.yaml"), S(C, "workload", "wdir.yaml"), file=C, field="workload")
     case("wl-ref-not-yaml", "workload", S(C, "workload", "workload.txt"), file=C, field="workload")

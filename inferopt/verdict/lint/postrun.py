@@ -384,7 +384,8 @@ def check_cost(cost: pd.DataFrame | None, sent_by_arm: Mapping[str, int]) -> lis
         if sent is not None and "requests" in row and int(row["requests"]) != sent:
             bad[arm] = {"requests": int(row["requests"]), "sent": int(sent)}
         elif "success_rate" in row and row.get("requests"):
-            want = row["successful"] / row["requests"]
+            # the denominator is the tasks: requests, or sessions when the load has them (gate.judge.successful_tasks)
+            want = row["successful"] / (row.get("tasks") or row["requests"])
             if abs(float(row["success_rate"]) - want) > RATE_TOL:
                 bad[arm] = {"success_rate": float(row["success_rate"]), "successful_over_requests": want}
     if not bad:
