@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from prefect import task
 
-from inferopt.choose.search import Point, TuneBudget, TuneResult, tune
+from inferopt.choose.ranking import Point
+from inferopt.choose.search import TuneBudget, TuneResult, tune
 from inferopt.config import AnySystem, HardwareConfig, SLOConfig, WorkloadConfig
 from inferopt.config.knob_spaces import KnobSpace
 from inferopt.locate import profile_enabled
