@@ -3,10 +3,11 @@
 `tune` measures the baseline at the workload's own rate, locates the cause, `propose`s the levers that serve it
 (and the causes of slices that miss the SLO), and evaluates points by their capacity under the SLO
 (`validate.capacity`), the baseline's first, within `TuneBudget.max_trials` capacity searches; a point wins
-only beyond noise (brackets apart, then head to head; else a "tie" or "no change helps"). Every point tried is kept (`points.jsonl` as each
-finishes, `TuneResult.table()`); a recommendation is a candidate YAML (the baseline plus the change) that
-`flows.optimize` ablates, validates and gates. Bad budgets are refused before anything runs; an empty search
-space, a budget that leaves levers untried and an SLO nothing meets are results that say so.
+only beyond noise (brackets apart, then head to head; else a "tie" or "no change helps"). Every point tried
+is kept (`points.jsonl` as each finishes, `TuneResult.table()`); a recommendation is a candidate YAML (the
+baseline plus the change; one more per tied point) that `flows.optimize` ablates, validates and gates. Bad
+budgets are refused before anything runs; an empty search space, a budget that leaves levers untried and an SLO
+nothing meets are results that say so.
 
 Sits above validate in the import layers (it composes steps 1, 2, 3 and validate's capacity). Deliberately
 not here: the decision (`choose.ranking`), the duels (`choose.duels`), the point sampler (`choose.sampler`),
@@ -155,6 +156,7 @@ class TuneResult:
     evidence: tuple[str, ...]
     untried: tuple[str, ...]
     recommendation_path: str | None
+    candidates: tuple[tuple[str, str], ...]  # (label, candidate YAML): the recommendation, then the points it tied
     slo_bounds_ms: dict[str, float]
     measured: MeasureResult
     located: LocateResult
@@ -206,6 +208,7 @@ class TuneResult:
             "recommended": rec.label if rec else None,
             "changes": {rec.field: rec.value} if rec else {},
             "recommendation_path": self.recommendation_path,
+            "candidates": [list(c) for c in self.candidates],
             "tied": [p.label for p in self.tied],
             "proposals": self.proposals.message,
             "not_proposed": [list(x) for x in self.proposals.not_proposed],
@@ -388,10 +391,15 @@ def _conclude(
     """The result, with `tune.json` and (winner or tie) `recommendation.yaml` written."""
     message = ranking.message + (f"; untried: {'; '.join(untried)}" if untried else "")
     path = None
+    candidates: list[tuple[str, str]] = []
     if ranking.recommended is not None:
-        data = recommendation(s.system, s.workload, s.slo, hardware, ranking.recommended, ranking.message)
+        rec = ranking.recommended
+        for p in (rec, *(t for t in ranking.tied if t.index != rec.index)):  # the recommendation, then its ties
+            why = ranking.message if p is rec else f"tied with the recommendation {rec.label}: {ranking.message}"
+            where = s.out / ("recommendation.yaml" if p is rec else f"candidate-{p.index:02d}.yaml")
+            where.write_text(recommendation_yaml(recommendation(s.system, s.workload, s.slo, hardware, p, why)))
+            candidates.append((p.label, str(where)))
         path = s.out / "recommendation.yaml"
-        path.write_text(recommendation_yaml(data))
         message += f"; recommendation: {path}"
     base = s.points[0] if s.points else None
     evidence = tuple(compare_line(p, base) for p in s.points[1:]) if base is not None else ()
@@ -408,6 +416,7 @@ def _conclude(
         evidence=(*(d.sentence() for d in ranking.duels), *evidence),
         untried=untried,
         recommendation_path=str(path) if path else None,
+        candidates=tuple(candidates),
         slo_bounds_ms=base.capacity.slo_bounds_ms if base is not None else {},
         measured=measured,
         located=located,
