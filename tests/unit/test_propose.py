@@ -84,8 +84,11 @@ def test_nothing_to_propose_says_why():
     assert not fake.proposals and "no lever of the fake engine serves kv_capacity" in fake.message
     unset = propose(FakeSystem(), "kv_capacity")  # a budget left unlimited has nothing to scale: said, not raised
     assert [p.field for p in unset.proposals] == ["kv_cache_dtype"]
-    assert ("kv_cache_tokens", "every value refused: 2.0: unset (unlimited) in the baseline: nothing to scale; "
-            "4.0: unset (unlimited) in the baseline: nothing to scale") in unset.not_proposed
+    assert (
+        "kv_cache_tokens",
+        "every value refused: 2.0: unset (unlimited) in the baseline: nothing to scale; "
+        "4.0: unset (unlimited) in the baseline: nothing to scale",
+    ) in unset.not_proposed
 
 
 def test_bad_input_is_refused_with_the_fields():
