@@ -11,7 +11,8 @@ measure, locate, propose, capacity per point, duels), twice: the rerun must reco
 Per case (`per_case`): the cause located, the levers proposed and whether each serves the planted cause, the
 decision, the recommendation and its lever, the capacity of the baseline and of the recommendation and their
 ratio, trials (capacity searches) and probes, the duels and whether the gain over the baseline was confirmed
-head to head, the rerun's pick. Add a case: drop a YAML into the directory (held-out cases run the same way).
+head to head, the rerun's pick (the same change recommended; `rerun_same_decision`: also the same
+decision, winner or tie). Add a case: drop a YAML into the directory (held-out cases run the same way).
 The last line is one JSON object: {"cases", "right_levers", "capacity_gain": {case: ratio}, "trials":
 {case: n}, "repeat_agrees", "located", "duel_backed", "per_case"}.
 
@@ -139,6 +140,13 @@ def _pick(r: TuneResult) -> tuple[str, str | None]:
     return r.decision, r.recommended.label if r.recommended else None
 
 
+def same_recommendation(first: tuple[str, str | None], again: tuple[str, str | None]) -> bool:
+    """A rerun recommends the same (issue 14): the same change, or, with none, the same answer ("no change
+    helps"); a winner one time and a tie with the same leader the other still recommends the same change
+    (`rerun_same_decision` keeps the stricter comparison)."""
+    return first[1] == again[1] if first[1] or again[1] else first[0] == again[0]
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The last line's figures over the per-case rows (the structure a caller may extend with more keys)."""
     return {
@@ -147,6 +155,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "capacity_gain": {x["case"]: x["capacity_gain"] for x in rows},
         "trials": {x["case"]: x["trials"] for x in rows},
         "repeat_agrees": all(x.get("repeat_agrees", True) for x in rows) if rows else False,
+        "repeat_same_decision": all(x.get("rerun_same_decision", True) for x in rows) if rows else False,
         "located": sum(1 for x in rows if x["located"]),
         "duel_backed": sum(1 for x in rows if x["duel_backed"]),
         "per_case": {x["case"]: x for x in rows},
@@ -170,7 +179,8 @@ def main() -> None:
             if not args.no_repeat:
                 _, again = run_case(case, root / f"{case.name}-rerun")
                 row["rerun_pick"] = list(_pick(again))
-                row["repeat_agrees"] = _pick(again) == _pick(r)
+                row["repeat_agrees"] = same_recommendation(_pick(r), _pick(again))
+                row["rerun_same_decision"] = _pick(again) == _pick(r)
             rows.append(row)
             print(
                 f"{case.name}: located {row['cause']} (planted {case.cause}); proposed {', '.join(row['proposed'])}; "

@@ -51,6 +51,10 @@ def test_the_benchmark_has_the_issues_keys_and_one_row_per_case():
     assert {"cases", "right_levers", "capacity_gain", "trials", "repeat_agrees"} <= set(out)
     assert out["cases"] == 2 and out["right_levers"] == 1 and out["repeat_agrees"] is False
     assert out["capacity_gain"] == {"a": 2.0, "b": None} and set(out["per_case"]) == {"a", "b"}
+    assert BENCH.same_recommendation(("winner", "batch=16"), ("tie", "batch=16"))
+    assert not BENCH.same_recommendation(("winner", "batch=16"), ("tie", "batch=8"))
+    assert BENCH.same_recommendation(("no_change_helps", None), ("no_change_helps", None))
+    assert not BENCH.same_recommendation(("no_change_helps", None), ("tie", "batch=8"))
 
 
 @pytest.mark.slow  # ~40 s: the fake queue-bound case through the whole search (7 capacity searches, 2 duels)
