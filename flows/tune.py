@@ -3,15 +3,14 @@ parent run with a child run per point tried.
 
     python -m flows.tune configs/systems/fake.yaml --workload configs/workloads/fake-small.yaml \\
         --slo configs/slo/fake.yaml [--hardware configs/hardware/cpu.yaml] [--budget 12]
-    python -m flows.tune --serve                          # serve deployment optimize/system
-    prefect deployment run optimize/system -p system=configs/systems/hf-tiny.yaml \\
-        -p workload=configs/workloads/interactive.yaml -p slo=configs/slo/interactive.yaml --watch
+    python -m flows.tune --serve      # deployment optimize/system (prefect deployment run optimize/system -p ...)
 
-measure -> locate -> propose -> capacity under the SLO per point -> a recommendation (a candidate YAML that
-`python -m flows.optimize` judges) or "no change helps", with the evidence (`inferopt.choose.search`). Its Prefect
-name is `optimize`, so its deployment reads `optimize/system` beside `optimize/candidate`: one flow family, find
-a change for a system / judge a candidate. Bad input (a config, the budget, the search space) is refused before
-Prefect or MLflow start (exit 2).
+measure -> locate -> propose -> capacity under the SLO per point -> a recommendation (a candidate YAML) or "no
+change helps", with the evidence (`inferopt.choose.search`); then the recommendation (and up to `--judge` N - 1
+points it tied with) goes through `flows.optimize` — ablation, validation, gate, verdict — and the tune's parent
+run holds the final word (`inferopt.verdict.tuned`: proven or not, with each verdict's run). Prefect name
+`optimize`, deployment `optimize/system` beside `optimize/candidate`. Bad input (a config, `--set`, the budget,
+the search space, a cheat the recommendation would carry) is refused before Prefect or MLflow start (exit 2).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -28,16 +28,20 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
-import yaml  # noqa: E402
 from prefect import flow, task  # noqa: E402
 
+from flows.optimize import optimize  # noqa: E402
 from flows.reaper import start_reaper  # noqa: E402
 from inferopt.choose.search import TuneBudget, custom_space, search_space_problems  # noqa: E402
-from inferopt.config import ConfigError, load_config  # noqa: E402
+from inferopt.config import ConfigError  # noqa: E402
+from inferopt.config.precheck import check_tune, parse_set_items  # noqa: E402
 from inferopt.config.redact import redacted  # noqa: E402
+from inferopt.config.yaml_io import parse_yaml  # noqa: E402
 from inferopt.validate.capacity import CapacityBudget  # noqa: E402
+from inferopt.verdict.lint import refuse_cheats  # noqa: E402
+from inferopt.verdict.tuned import Judged, chain_outcome  # noqa: E402
 from tasks.tracking import Tracker  # noqa: E402
-from tasks.tune import tune_task  # noqa: E402
+from tasks.tune import log_chain, tune_task  # noqa: E402
 
 DEFAULT_HARDWARE = "configs/hardware/cpu.yaml"
 
@@ -51,15 +55,20 @@ def load_inputs(
     capacity: dict[str, Any] | None = None,
     spaces: dict[str, list[Any]] | None = None,
     control: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    judge: int = 1,
 ) -> tuple[tuple[Any, ...], TuneBudget, list[Any] | None]:
-    """The configs, the budget and the search space, each checked: ConfigError for a bad file, ValueError
-    (naming the field and the fix) for a bad budget or space — before anything runs."""
-    configs = (
-        load_config(system, kind="system"),
-        load_config(workload, kind="workload"),
-        load_config(slo, kind="slo"),
-        load_config(hardware, kind="hardware"),
-    )
+    """The configs, the budget and the search space, each checked: ConfigError for a bad file or `--set`
+    (`precheck.check_tune`) or a cheat the recommendation would carry into the chain (`refuse_cheats`, when
+    `judge` > 0), ValueError (naming the field and the fix) for a bad budget or space — before anything runs."""
+    if judge < 0:
+        raise ValueError(f"--judge {judge}: points through the chain must be >= 0 (0: search only); fix: --judge 1")
+    paths = {"system": system, "workload": workload, "slo": slo, "hardware": hardware}
+    as_candidate = check_tune(paths, overrides)
+    if judge:
+        refuse_cheats(as_candidate)  # the recommendation is this plus one change: flows.optimize would refuse it
+    c = as_candidate
+    configs = (c.baseline, c.workload, c.slo, c.hardware)
     knobs = [custom_space(configs[0], field, values) for field, values in (spaces or {}).items()] or None
     known = {f.name for f in fields(CapacityBudget)}
     unknown = sorted(set(capacity or {}) - known)
@@ -69,7 +78,10 @@ def load_inputs(
         cap = CapacityBudget(**{"max_probes": 8, "rel_tol": 0.1, **(capacity or {})})
     except TypeError as exc:  # a value of the wrong type (`--capacity max_probes=many`)
         raise ValueError(f"capacity {capacity}: {exc}; fix: numbers, e.g. max_probes=8 rel_tol=0.1") from None
-    tb = TuneBudget(max_trials=budget, capacity=cap, control=control)
+    try:
+        tb = TuneBudget(max_trials=budget, capacity=cap, control=control)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (max_trials is --budget {budget}; capacity.* are --capacity FIELD=VALUE)") from None
     problems = search_space_problems(configs[0], knobs, control)
     if problems:
         raise ValueError("; ".join(problems))
@@ -91,21 +103,30 @@ def tune(
     capacity: dict[str, Any] | None = None,
     spaces: dict[str, list[Any]] | None = None,
     control: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    judge: int = 1,
     experiment: str = "inferopt",
 ) -> dict[str, Any]:
     """Search `system` (a system YAML) for the change that raises its capacity under `slo` on `workload`; `budget`:
     capacity searches, the baseline's included; `capacity`: CapacityBudget fields (e.g. {"requests_per_probe": 40});
-    `spaces`: {dotted field: values} searched instead of the engine's declared knob spaces."""
+    `spaces`: {dotted field: values} searched instead of the engine's declared knob spaces; `overrides`:
+    {"workload.num_requests": 16, ...}; `judge`: how many of the ranked points (the recommendation, then its
+    ties) go through flows.optimize (0: the search alone)."""
     args = {"system": system, "workload": workload, "slo": slo, "hardware": hardware, "budget": budget}
-    configs, tb, knobs = load_task(**args, capacity=capacity, spaces=spaces, control=control)
+    more = {"capacity": capacity, "spaces": spaces, "control": control, "overrides": overrides, "judge": judge}
+    configs, tb, knobs = load_task(**args, **more)
     tags = {"inferopt.kind": "tune", "inferopt.system": configs[0].name, "inferopt.config_path": system}
     tracker = Tracker.start(run_name=f"tune-{configs[0].name}", experiment=experiment, tags=tags)
     print(f"[tune] MLflow run {tracker.parent_run_id}; results in {tracker.results_dir}")
     try:
-        tracker.params({**args, "capacity": tb.capacity.__dict__, "spaces": spaces or "declared", "control": control})
+        shown = {"capacity": tb.capacity.__dict__, "spaces": spaces or "declared", "control": control, "judge": judge}
+        tracker.params({**args, **shown, "overrides": overrides or {}})
         resolved = dict(zip(("system", "workload", "slo", "hardware"), configs, strict=True))
         tracker.json(redacted({k: c.model_dump(mode="json") for k, c in resolved.items()}), "inputs.resolved.json")
         result = tune_task(configs, tb, tracker, knobs)
+        judged = [judge_point(label, path, experiment) for label, path in result.candidates[:judge]]
+        outcome = chain_outcome(result.decision, judged)
+        log_chain(tracker, result, outcome)
     except BaseException:
         tracker.fail({"inferopt.tune.decision": "error"})  # never raises over the error being handled
         raise
@@ -117,17 +138,44 @@ def tune(
         "recommendation": result.recommendation_path,
         "evidence": list(result.evidence),
         "results_dir": str(tracker.results_dir),
+        "chain": outcome.to_dict(),
+        "report": str(tracker.results_dir / "report.html"),
     }
 
 
-def _pairs(items: list[str], what: str, parser: argparse.ArgumentParser, split: bool) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            parser.error(f"{what} {item!r}: expected FIELD=VALUE")
-        out[key] = [yaml.safe_load(v) for v in value.split(",") if v.strip()] if split else yaml.safe_load(value)
-    return out
+def judge_point(label: str, candidate: str, experiment: str) -> Judged:
+    """One ranked point through the chain (flows.optimize as a subflow: its own MLflow parent run); a refusal
+    by its pre-run check or an error is the point's verdict, not the search's end."""
+    try:
+        r = optimize(candidate=candidate, experiment=experiment)
+    except ConfigError as exc:  # the pre-run check or the cheat lint refused the candidate
+        return Judged(label, candidate, "refused", (str(exc),))
+    except Exception as exc:  # noqa: BLE001 - the other points and the search's evidence still stand
+        return Judged(label, candidate, "error", (f"{type(exc).__name__}: {exc}",))
+    reasons = tuple(r["reasons"]) + tuple(f"WARNING: {w}" for w in r["warnings"])
+    return Judged(label, candidate, r["decision"], reasons, r["run_id"], r["report"])
+
+
+def parse_knob_items(items: Sequence[str], what: str, split: bool) -> dict[str, Any]:
+    """`--capacity FIELD=VALUE` / `--space FIELD=V1,V2` items (`precheck.parse_set_items`: FIELD=VALUE, values
+    YAML, each field once; a malformed one is a ConfigError naming it); `split`: a comma list of YAML values."""
+    try:
+        parsed = parse_set_items(items)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("--set", what).replace("workload.num_requests=16", "FIELD=VALUE")) from None
+    if not split:
+        return parsed
+    return {k: _values(v, f"{what} {k}") for k, v in parsed.items()}
+
+
+def _values(value: Any, where: str) -> list[Any]:
+    if value is None:  # `FIELD=`: no values (custom_space refuses the empty space with its fix)
+        return []
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str):
+        return [parse_yaml(v, where) for v in value.split(",") if v.strip()]
+    return [value]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,29 +188,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", action="append", default=[], metavar="FIELD=VALUE", help="CapacityBudget field")
     parser.add_argument("--space", action="append", default=[], metavar="FIELD=V1,V2", help="search this knob only")
     parser.add_argument("--control", default=None, help="a lever to add as a control arm (must show no gain)")
+    parser.add_argument("--set", action="append", default=[], metavar="PART.FIELD=VALUE", help="e.g. workload.seed=4")
+    parser.add_argument("--judge", type=int, default=1, help="ranked points through flows.optimize (0: search only)")
     parser.add_argument("--serve", action="store_true", help="serve the optimize/system deployment")
     args = parser.parse_args(argv)
-    kwargs = {
-        "system": args.system,
-        "workload": args.workload,
-        "slo": args.slo,
-        "hardware": args.hardware,
-        "budget": args.budget,
-        "capacity": _pairs(args.capacity, "--capacity", parser, split=False) or None,
-        "spaces": _pairs(args.space, "--space", parser, split=True) or None,
-        "control": args.control,
-    }
-    if args.serve:
-        tune.serve(name="system", parameters={k: v for k, v in kwargs.items() if v is not None})
-        return 0
     try:  # refuse bad input before Prefect, MLflow or any engine starts
-        load_inputs(**kwargs)
-    except ConfigError as exc:
+        kwargs = {
+            "system": args.system,
+            "workload": args.workload,
+            "slo": args.slo,
+            "hardware": args.hardware,
+            "budget": args.budget,
+            "capacity": parse_knob_items(args.capacity, "--capacity", split=False) or None,
+            "spaces": parse_knob_items(args.space, "--space", split=True) or None,
+            "control": args.control,
+            "overrides": parse_set_items(args.set) or None,
+            "judge": args.judge,
+        }
+        if not args.serve:
+            load_inputs(**kwargs)
+    except ConfigError as exc:  # CheatRefused included
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:
         print(f"tune: {exc}", file=sys.stderr)
         return 2
+    if args.serve:
+        tune.serve(name="system", parameters={k: v for k, v in kwargs.items() if v is not None})
+        return 0
     start_reaper()  # a SIGKILL of this process leaves nothing it started running
     result = tune(**kwargs)
     print(json.dumps({k: result[k] for k in ("decision", "run_id", "recommendation", "results_dir")}))
@@ -170,8 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {result['message']}")
     for line in result["evidence"]:
         print(f"  {line}")
-    if result["recommendation"]:
+    chain = result["chain"]
+    print(f"\nCHAIN: {chain['decision'].upper().replace('_', ' ')}: {chain['message']}")
+    if result["recommendation"] and not chain["judged"]:
         print(f"\nJudge it: .venv/bin/python -m flows.optimize {result['recommendation']}")
+    print(f"Report: {result['report']}")
     return 0
 
 

@@ -4,25 +4,32 @@ measure, located cause and proposals (`1-measure`, `2-locate`, `3-propose`) and 
 sorted by capacity, the frontier figure, `tune.json` and the recommendation YAML; then the simulator calibrated on
 the points (`sim_*`: predicted vs measured per held-back probe, its plot, and the replica plan, labelled predicted).
 
-Deliberately not here: any decision or measurement (the core makes them).
+After the chain (`log_chain`): its outcome (`chain.json`, the verdict tags, each judged run tagged with this
+run's id) and the search's report.html. Deliberately not here: any decision or measurement (the core's).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from prefect import task
 
-from inferopt.choose.search import Point, TuneBudget, TuneResult, tune
+from inferopt.choose.ranking import Point
+from inferopt.choose.search import TuneBudget, TuneResult, tune
 from inferopt.config import AnySystem, HardwareConfig, SLOConfig, WorkloadConfig
 from inferopt.config.knob_spaces import KnobSpace
 from inferopt.locate import profile_enabled
 from inferopt.report import plots
+from inferopt.report.rundir import load_run_dir
+from inferopt.report.tune_report import build_tune_report
 from inferopt.simulate.calibrate import calibrate_search
 from inferopt.simulate.observe import fitter_for
 from inferopt.simulate.plan import replica_plan
 from inferopt.validate.capacity import CapacityBudget
+from inferopt.verdict.tuned import ChainOutcome
 from tasks.log_steps import log_locate, log_measure
+from tasks.report import NOTE, REPORT
 from tasks.tracking import Tracker
 
 MEASURE, LOCATE, PROPOSE = "1-measure", "2-locate", "3-propose"
@@ -127,3 +134,36 @@ def log_simulator(
     tracker.figure(plots.sim_error(cal.table, cal.bound), "sim_error.png")
     plan = replica_plan(cal.cost, base.system, workload, slo, budget, (1, 2, 4), calibration=cal)
     tracker.table(plan, "sim_replica_plan.parquet")
+
+
+def log_chain(tracker: Tracker, r: TuneResult, outcome: ChainOutcome) -> None:
+    """On the parent run: the final word (`chain.json`; tags `inferopt.verdict` — the first judged point's
+    verdict, or "none" — `inferopt.tune.chain`, the proven point and its run), each judged optimize run tagged
+    back with this run's id, then the report and the run's description."""
+    tracker.json(outcome.to_dict(), "chain.json")
+    first = outcome.judged[0].decision if outcome.judged else "none"
+    tags = {
+        "inferopt.verdict": first,
+        "inferopt.tune.chain": outcome.decision,
+        "inferopt.tune.chain_message": outcome.message[:4000],
+    }
+    if outcome.proven is not None:
+        tags |= {
+            "inferopt.tune.proven": outcome.proven.label,
+            "inferopt.tune.verdict_run_id": str(outcome.proven.run_id),
+        }
+    tracker.tags(tags)
+    for j in outcome.judged:
+        if j.run_id:
+            tracker.client.set_tag(j.run_id, "inferopt.tune_run_id", tracker.parent_run_id)
+    try:
+        path = tracker.results_dir / REPORT
+        path.write_text(build_tune_report(load_run_dir(tracker.results_dir)), encoding="utf-8")
+        tracker.file(path, copy=False)
+    except Exception as err:  # noqa: BLE001 - a broken report must not turn a decided search into an error
+        print(f"[tune] FAILED to build the report: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        tracker.tags({"inferopt.report": f"failed: {type(err).__name__}: {err}"})
+        return
+    href = f"#/experiments/{tracker.experiment_id}/runs/{tracker.parent_run_id}/artifacts/{REPORT}"
+    head = f"**SEARCH: {r.decision.upper()} · CHAIN: {outcome.decision.upper()}** — [open the report]({href})"
+    tracker.tags({"inferopt.report": REPORT, NOTE: f"{head}\n\n{outcome.message}\n\n{r.message}"[:4800]})

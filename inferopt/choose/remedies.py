@@ -55,7 +55,7 @@ CATALOGUE: tuple[Remedy, ...] = (
     Remedy(
         name="low_precision_weights",
         targets=("bandwidth", "compute"),
-        config_fields=("dtype", "quantization", "weight_quantization", "bnb_double_quant"),
+        config_fields=("dtype", "quantization", "weight_quantization", "bnb_double_quant", "weight_dtype"),
         changes_outputs=True,
         spec="C1, C2, K4",
         risk="outlier channels, dequantization overhead, calibration; 'faster' only with good kernels "
@@ -141,7 +141,7 @@ CATALOGUE: tuple[Remedy, ...] = (
     Remedy(
         name="kv_budget",
         targets=("kv_capacity",),
-        config_fields=("kv_cache_memory_bytes", "gpu_memory_utilization", "max_num_seqs"),
+        config_fields=("kv_cache_memory_bytes", "gpu_memory_utilization", "max_num_seqs", "kv_cache_tokens"),
         changes_outputs=False,
         spec="K1",
         risk="a bigger KV budget takes memory from elsewhere (activations, other processes); fewer running "

@@ -2,45 +2,54 @@
 
 `tune` measures the baseline at the workload's own rate, locates the cause, `propose`s the levers that serve it
 (and the causes of slices that miss the SLO), and evaluates points by their capacity under the SLO
-(`validate.capacity`), the baseline's first, within `TuneBudget.max_trials` capacity searches. A point wins only
-beyond noise: its capacity bracket lies above the rival's, and head to head at a rate between the two brackets
-(fresh seeds) it passes every repeat where the rival fails every one. Beating the baseline but not the runner-up
-is a "tie": the leader is recommended and the message says so. Every point tried is kept (`points.jsonl` as each
-finishes, `TuneResult.table()`); a recommendation is a candidate YAML (the baseline plus the change) that
-`flows.optimize` ablates, validates and gates. Bad budgets are refused before anything runs; an empty search
-space, a budget that leaves levers untried and an SLO nothing meets are results that say so.
+(`validate.capacity`), the baseline's first, within `TuneBudget.max_trials` capacity searches; a point wins
+only beyond noise (brackets apart, then head to head; else a "tie" or "no change helps"). Every point tried
+is kept (`points.jsonl` as each finishes, `TuneResult.table()`); a recommendation is a candidate YAML (the
+baseline plus the change; one more per tied point) that `flows.optimize` ablates, validates and gates. Bad
+budgets are refused before anything runs; an empty search space, a budget that leaves levers untried and an SLO
+nothing meets are results that say so.
 
 Sits above validate in the import layers (it composes steps 1, 2, 3 and validate's capacity). Deliberately
-not here: tracking (tasks/tune.py), the frontier figure (`report.plots.frontier`), the ablation and gate.
+not here: the decision (`choose.ranking`), the duels (`choose.duels`), the point sampler (`choose.sampler`),
+tracking (tasks/tune.py), the frontier figure (`report.plots.frontier`), the ablation and gate (flows.tune).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import optuna
 import pandas as pd
 import yaml
 
+from inferopt.choose.duels import run_duel
 from inferopt.choose.propose import Proposal, Proposals, propose
+from inferopt.choose.ranking import (
+    ChosenBy,
+    Decision,
+    Duel,
+    Point,
+    Ranking,
+    beyond_brackets,
+    compare_line,
+    decide,
+    pareto,
+    show_value,
+)
 from inferopt.choose.remedies import remedies_for_changes
+from inferopt.choose.sampler import allocate, select_points
 from inferopt.config import AnySystem, CandidateConfig, HardwareConfig, SLOConfig, WorkloadConfig
 from inferopt.config.knob_spaces import KNOB_SPACES, KnobSpace, current_value
 from inferopt.config.redact import REDACTED, redacted, redacted_paths
 from inferopt.engines import EngineFactory, make_engine
 from inferopt.locate.step import LocateResult, locate_system
 from inferopt.measure.step import MeasureResult, measure_system
-from inferopt.validate.capacity import CapacityBudget, CapacityResult, Probe, capacity
+from inferopt.validate.capacity import CapacityBudget, capacity
 
-Decision = Literal["winner", "tie", "no_change_helps", "nothing_to_try"]
-ChosenBy = Literal["baseline", "grid", "tpe"]
 TARGET_METRICS = ("goodput_req_per_s", "ttft_ms_p99")  # what a capacity gain shows at the production rate
-_NAN = float("nan")
 
 
 @dataclass(frozen=True)
@@ -77,277 +86,6 @@ def tune_budget_problems(b: TuneBudget) -> list[str]:
     if b.confirm_repeats < 0:
         out.append(f"confirm_repeats={b.confirm_repeats}: must be >= 0 (0: the brackets alone decide)")
     return out
-
-
-def _show(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
-@dataclass(frozen=True)
-class Point:
-    """One configuration tried — the baseline (index 0) or one value of one proposal — and its capacity."""
-
-    index: int
-    remedy: str  # "" for the baseline
-    field: str
-    value: Any
-    baseline_value: Any
-    cause: str
-    control: bool
-    chosen_by: ChosenBy
-    system: AnySystem
-    capacity: CapacityResult
-
-    @property
-    def label(self) -> str:
-        return "baseline" if self.index == 0 else f"{self.field}={_show(self.value)}"
-
-    def at_capacity(self) -> Probe | None:
-        """The probe at the highest passing rate (the capacity's own operating point), None when none passed."""
-        lo = self.capacity.lo_req_per_s
-        at = [p for p in self.capacity.probes if p.passed and p.offered_req_per_s == lo]
-        return at[-1] if at else None
-
-    def row(self) -> dict[str, Any]:
-        c, p = self.capacity, self.at_capacity()
-        tpot = p.tpot_ms_p50 if p is not None else _NAN
-        return {
-            "point": self.index,
-            "label": self.label,
-            "proposal": self.remedy or "baseline",
-            "field": self.field,
-            "value": _show(self.value) if self.index else "",
-            "baseline_value": _show(self.baseline_value) if self.index else "",
-            "cause": self.cause,
-            "control": self.control,
-            "chosen_by": self.chosen_by,
-            "capacity_req_per_s": c.req_per_s,
-            "capacity_lo": c.lo_req_per_s if c.lo_req_per_s is not None else _NAN,
-            "capacity_hi": c.hi_req_per_s if c.hi_req_per_s is not None else _NAN,
-            "capacity_status": c.status,
-            "probes": len(c.probes) + len(c.repeats),
-            "goodput_req_per_s": p.goodput_req_per_s if p is not None else _NAN,
-            "goodput_tok_per_s": p.goodput_tok_per_s if p is not None else _NAN,  # throughput per replica
-            "ttft_ms_p99": p.ttft_ms_p99 if p is not None else _NAN,
-            "tpot_ms_p50": tpot,
-            "per_user_tok_per_s": 1000.0 / tpot if tpot > 0 else _NAN,
-            "slo_attainment": p.slo_attainment if p is not None else _NAN,
-            "message": c.message,
-        }
-
-
-@dataclass(frozen=True)
-class Duel:
-    """Two points at one offered rate (between their brackets, `between`), fresh seeds each: the leader's gain
-    holds beyond noise when it passes every repeat and the rival fails every one."""
-
-    leader: str
-    rival: str
-    rate_req_per_s: float
-    leader_passed: tuple[bool, ...]
-    rival_passed: tuple[bool, ...]
-
-    @property
-    def confirmed(self) -> bool:
-        return all(self.leader_passed) and not any(self.rival_passed)
-
-    def sentence(self) -> str:
-        n = len(self.leader_passed)
-        if not n:
-            return f"{self.leader} vs {self.rival}: brackets apart (no head-to-head repeats asked for)"
-        return (
-            f"head to head at {self.rate_req_per_s:.4g} req/s ({n} fresh seeds each): {self.leader} passed "
-            f"{sum(self.leader_passed)}/{n}, {self.rival} passed {sum(self.rival_passed)}/{n}"
-            + ("" if self.confirmed else " — not confirmed")
-        )
-
-
-def beyond_brackets(a: CapacityResult, b: CapacityResult) -> bool:
-    """`a` passed at a rate above the lowest one `b` failed at (and every boundary repeat of `a` passed)."""
-    lo, hi = a.lo_req_per_s, b.hi_req_per_s
-    return lo is not None and hi is not None and lo > hi and all(p.passed for p in a.repeats)
-
-
-def pareto(x: pd.Series, y: pd.Series, *, x_lower_is_better: bool) -> pd.Series:
-    """Which rows no other row dominates (y higher is better; x lower or higher as said); NaN rows: never."""
-    xs = -x.to_numpy(float) if x_lower_is_better else x.to_numpy(float)
-    ys = y.to_numpy(float)
-    ok = [math.isfinite(a) and math.isfinite(b) for a, b in zip(xs, ys, strict=True)]
-    out = []
-    for i in range(len(xs)):
-        dominated = any(
-            ok[j] and xs[j] >= xs[i] and ys[j] >= ys[i] and (xs[j] > xs[i] or ys[j] > ys[i]) for j in range(len(xs))
-        )
-        out.append(bool(ok[i] and not dominated))
-    return pd.Series(out, index=x.index)
-
-
-def _capacity_key(p: Point) -> float:
-    x = p.capacity.req_per_s
-    return x if math.isfinite(x) else -math.inf
-
-
-def ranked(points: Sequence[Point]) -> list[Point]:
-    """The points that may win (not the baseline, not control arms), highest capacity first."""
-    return sorted((p for p in points if p.index and not p.control), key=lambda p: (-_capacity_key(p), p.index))
-
-
-def _cap_text(p: Point) -> str:
-    c = p.capacity
-    lo = f"{c.lo_req_per_s:.4g}" if c.lo_req_per_s is not None else "none passed"
-    hi = f"{c.hi_req_per_s:.4g}" if c.hi_req_per_s is not None else "none failed"
-    return f"{c.req_per_s:.4g} req/s [{lo}, {hi}] ({c.status})"
-
-
-def compare_line(p: Point, base: Point) -> str:
-    """One point against the baseline, in words."""
-    if beyond_brackets(p.capacity, base.capacity):
-        how = "above the baseline's bracket"
-    elif p.capacity.status == "failed":
-        how = "did not run"
-    elif _capacity_key(p) > _capacity_key(base):
-        how = "higher but within the baseline's bracket (within noise)"
-    else:
-        how = "no higher than the baseline"
-    return f"{p.label}{' (control)' if p.control else ''}: capacity {_cap_text(p)} vs baseline {_cap_text(base)}: {how}"
-
-
-@dataclass(frozen=True)
-class Ranking:
-    decision: Decision
-    recommended: Point | None
-    tied: tuple[Point, ...]
-    duels: tuple[Duel, ...]
-    message: str
-
-
-DuelFn = Callable[[Point, Point, float], Duel]
-
-
-def between(rival: Point, leader: Point) -> float:
-    """The head-to-head rate: the geometric middle of the gap between the rival's lowest failing rate and the
-    leader's highest passing one — near neither boundary, so only a gap within noise makes it a coin toss."""
-    return math.sqrt(rival.capacity.hi_req_per_s * leader.capacity.lo_req_per_s)
-
-
-def decide(base: Point, points: Sequence[Point], duel: DuelFn) -> Ranking:
-    """Rank by capacity; a winner beats the baseline and the runner-up beyond noise (brackets apart, then
-    `duel` between them), a leader that beats only the baseline ties with the points it does not clear. A
-    control arm never wins; one whose bracket clears the baseline's is a warning in the message."""
-    r = _rank(base, points, duel)
-    suspect = [p.label for p in points if p.control and beyond_brackets(p.capacity, base.capacity)]
-    if suspect:
-        warn = f"; WARNING: the control arm {', '.join(suspect)} clears the baseline's bracket although its lever "
-        r = replace(r, message=r.message + warn + "serves no located cause: the cause or the measurement is suspect")
-    return r
-
-
-def _rank(base: Point, points: Sequence[Point], duel: DuelFn) -> Ranking:
-    order = ranked(points)
-    improvers = [p for p in order if beyond_brackets(p.capacity, base.capacity)]
-    if not improvers:
-        return Ranking("no_change_helps", None, (), (), _no_gain(base, order))
-    leader = improvers[0]
-    duels = [duel(leader, base, between(base, leader))]
-    if not duels[0].confirmed:
-        msg = f"{leader.label}'s bracket clears the baseline's, but {duels[0].sentence()}: within noise"
-        return Ranking("no_change_helps", None, (), tuple(duels), _no_gain(base, order) + "; " + msg)
-    gain = f"{leader.label} raises capacity under the SLO from {_cap_text(base)} to {_cap_text(leader)}"
-    rivals = [p for p in order if p is not leader and math.isfinite(p.capacity.req_per_s)]
-    runner = rivals[0] if rivals else None
-    if runner is not None and beyond_brackets(leader.capacity, runner.capacity):
-        duels.append(duel(leader, runner, between(runner, leader)))
-    if runner is None or (beyond_brackets(leader.capacity, runner.capacity) and duels[-1].confirmed):
-        vs = f" and the runner-up {runner.label} ({_cap_text(runner)})" if runner else ""
-        return Ranking("winner", leader, (), tuple(duels), f"{gain}, beyond noise vs the baseline{vs}")
-    others = [runner, *(p for p in rivals[1:] if not beyond_brackets(leader.capacity, p.capacity))]
-    names = ", ".join(p.label for p in others)
-    return Ranking(
-        "tie",
-        leader,
-        (leader, *others),
-        tuple(duels),
-        f"{gain}, beyond noise vs the baseline, but not beyond noise vs {names}: a tie, broken by the point "
-        "estimate of capacity; the ablation and gate of flows.optimize judge the recommendation",
-    )
-
-
-def _no_gain(base: Point, order: Sequence[Point]) -> str:
-    if base.capacity.lo_req_per_s is None and all(p.capacity.lo_req_per_s is None for p in order):
-        return (
-            f"no change helps: no configuration tried ({len(order) + 1}, the baseline's included) meets the SLO at "
-            f"any rate probed; the baseline: {base.capacity.message}"
-        )
-    if base.capacity.hi_req_per_s is None:
-        return (
-            f"no change can be shown to help: the baseline's capacity was not bracketed ({base.capacity.message}); "
-            "fix: raise the capacity budget's max_probes or max_req_per_s"
-        )
-    return (
-        f"no change helps: none of the {len(order)} points tried raised capacity under the SLO beyond the "
-        f"baseline's {_cap_text(base)}"
-    )
-
-
-# ---------------------------------------------------------------------------------------------- point selection
-
-
-def allocate(sizes: Sequence[int], trials: int) -> list[int]:
-    """Trials per proposal (in order: the located cause's levers first): round robin, one each while they
-    last, over the proposals that still have values left."""
-    out = [0] * len(sizes)
-    while trials > 0 and any(o < s for o, s in zip(out, sizes, strict=True)):
-        for i, size in enumerate(sizes):
-            if trials > 0 and out[i] < size:
-                out[i] += 1
-                trials -= 1
-    return out
-
-
-def _objective(p: Point) -> float:
-    return p.capacity.req_per_s if math.isfinite(p.capacity.req_per_s) else 0.0  # no rate meets: zero capacity
-
-
-def select_points(values: Sequence[Any], k: int, evaluate: Callable[[int, ChosenBy], Point], seed: int) -> list[Point]:
-    """Try `k` of a proposal's `values` (`evaluate(value_index, how)` runs one): all of them, in the declared
-    order, when the budget covers the space (a grid: nothing to choose, no sampler).
-
-    Fewer: an Optuna study (TPESampler, seeded, ask-and-tell) over the value index, maximising capacity — an
-    ordered integer when the values are ascending numbers (batch sizes: TPE's density model then favours the
-    neighbours of good values), else categorical. Why Optuna rather than a hand-written rule: a well-kept,
-    seeded sampler with the trial bookkeeping (failed trials, repeats), which carries over unchanged to spaces
-    of several knobs. Why not more of it: these spaces are one knob with <= 4 values (one variable at a time,
-    SPEC A1) and budgets of 1-3 points per lever, where TPE's first point is a seeded random draw and it can
-    model little after it; a value it proposes again costs no trial, and if it keeps repeating, the untried
-    values follow in order."""
-    n_values = len(values)
-    if k <= 0:
-        return []
-    if k >= n_values:
-        return [evaluate(i, "grid") for i in range(n_values)]
-    ordered = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-    ordered = ordered and list(values) == sorted(values)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=1))
-    tried: dict[int, Point] = {}
-    for _ in range(20 * n_values):
-        if len(tried) >= k:
-            break
-        trial = study.ask()
-        if ordered:
-            i = trial.suggest_int("index", 0, n_values - 1)
-        else:
-            i = int(trial.suggest_categorical("index", list(range(n_values))))
-        if i not in tried:
-            tried[i] = evaluate(i, "tpe")
-        if tried[i].capacity.status == "failed":
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        else:
-            study.tell(trial, _objective(tried[i]))
-    for i in range(n_values):
-        if len(tried) < k and i not in tried:
-            tried[i] = evaluate(i, "grid")
-    return list(tried.values())
 
 
 # ---------------------------------------------------------------------------------------------- the search space
@@ -418,6 +156,7 @@ class TuneResult:
     evidence: tuple[str, ...]
     untried: tuple[str, ...]
     recommendation_path: str | None
+    candidates: tuple[tuple[str, str], ...]  # (label, candidate YAML): the recommendation, then the points it tied
     slo_bounds_ms: dict[str, float]
     measured: MeasureResult
     located: LocateResult
@@ -469,6 +208,7 @@ class TuneResult:
             "recommended": rec.label if rec else None,
             "changes": {rec.field: rec.value} if rec else {},
             "recommendation_path": self.recommendation_path,
+            "candidates": [list(c) for c in self.candidates],
             "tied": [p.label for p in self.tied],
             "proposals": self.proposals.message,
             "not_proposed": [list(x) for x in self.proposals.not_proposed],
@@ -492,7 +232,7 @@ class _Search:
         """The capacity of the baseline (`proposal` None) or of the proposal's `i`-th value, kept and reported."""
         idx = len(self.points)
         system = self.system if proposal is None else proposal.systems[i]
-        label = "baseline" if proposal is None else f"{proposal.field}-{_show(proposal.values[i])}"
+        label = "baseline" if proposal is None else f"{proposal.field}-{show_value(proposal.values[i])}"
         where = self.out / "points" / f"{idx:02d}-{_slug(label)}"
         cap = capacity(system, self.workload, self.slo, where, budget=self.budget.capacity, arm=label, **self.kw)
         p = Point(
@@ -515,17 +255,10 @@ class _Search:
         return p
 
     def duel(self, leader: Point, rival: Point, rate_req_per_s: float) -> Duel:
-        """Both at `rate_req_per_s`, `confirm_repeats` fresh seeds each (one probe per seed)."""
-        one = replace(self.budget.capacity, start_req_per_s=rate_req_per_s, max_probes=1, max_req_per_s=None)
-        one = replace(one, boundary_repeats=0)
-        passed: dict[int, list[bool]] = {leader.index: [], rival.index: []}
-        for k in range(self.budget.confirm_repeats):
-            wl = self.workload.model_copy(update={"seed": self.workload.seed + 1000 + k})
-            for p in (leader, rival):
-                where = self.out / "duels" / f"{leader.index:02d}-vs-{rival.index:02d}" / f"{p.index:02d}-seed{k}"
-                r = capacity(p.system, wl, self.slo, where, budget=one, arm=f"duel-{p.index:02d}", **self.kw)
-                passed[p.index].append(bool(r.probes and r.probes[0].passed))
-        return Duel(leader.label, rival.label, rate_req_per_s, tuple(passed[leader.index]), tuple(passed[rival.index]))
+        """Both at `rate_req_per_s`, `confirm_repeats` fresh seeds each (`choose.duels.run_duel`)."""
+        b = self.budget
+        kw = {"workload": self.workload, "slo": self.slo, "out": self.out, "budget": b.capacity}
+        return run_duel(leader, rival, rate_req_per_s, **kw, repeats=b.confirm_repeats, **self.kw)
 
 
 def _slug(text: str) -> str:
@@ -543,7 +276,7 @@ def _search(s: _Search, order: Sequence[Proposal]) -> tuple[str, ...]:
     untried = []
     for n, (proposal, k) in enumerate(zip(order, shares, strict=True)):
         chosen = select_points(proposal.values, k, lambda i, how, p=proposal: s.evaluate(p, i, how), s.budget.seed + n)
-        left = [_show(v) for v in proposal.values if all(c.value != v for c in chosen)]
+        left = [show_value(v) for v in proposal.values if all(c.value != v for c in chosen)]
         if left:
             untried.append(
                 f"{proposal.field} ({proposal.remedy}): {'every value' if k == 0 else ', '.join(left)} — the budget "
@@ -658,10 +391,15 @@ def _conclude(
     """The result, with `tune.json` and (winner or tie) `recommendation.yaml` written."""
     message = ranking.message + (f"; untried: {'; '.join(untried)}" if untried else "")
     path = None
+    candidates: list[tuple[str, str]] = []
     if ranking.recommended is not None:
-        data = recommendation(s.system, s.workload, s.slo, hardware, ranking.recommended, ranking.message)
+        rec = ranking.recommended
+        for p in (rec, *(t for t in ranking.tied if t.index != rec.index)):  # the recommendation, then its ties
+            why = ranking.message if p is rec else f"tied with the recommendation {rec.label}: {ranking.message}"
+            where = s.out / ("recommendation.yaml" if p is rec else f"candidate-{p.index:02d}.yaml")
+            where.write_text(recommendation_yaml(recommendation(s.system, s.workload, s.slo, hardware, p, why)))
+            candidates.append((p.label, str(where)))
         path = s.out / "recommendation.yaml"
-        path.write_text(recommendation_yaml(data))
         message += f"; recommendation: {path}"
     base = s.points[0] if s.points else None
     evidence = tuple(compare_line(p, base) for p in s.points[1:]) if base is not None else ()
@@ -678,6 +416,7 @@ def _conclude(
         evidence=(*(d.sentence() for d in ranking.duels), *evidence),
         untried=untried,
         recommendation_path=str(path) if path else None,
+        candidates=tuple(candidates),
         slo_bounds_ms=base.capacity.slo_bounds_ms if base is not None else {},
         measured=measured,
         located=located,

@@ -45,7 +45,12 @@ _BATCHING = (
 _VLLM_MAX_NUM_SEQS = 256  # vLLM's default when max_num_seqs is unset
 
 KNOB_SPACES: Mapping[str, tuple[KnobSpace, ...]] = {
-    "fake": _BATCHING,  # its other fields script the "hardware", they are not levers
+    "fake": (  # its other fields script the "hardware", they are not levers
+        *_BATCHING,
+        KnobSpace("low_precision_weights", "weight_dtype", values=("bfloat16", "int8")),
+        KnobSpace("kv_quantization", "kv_cache_dtype", values=("fp8",)),
+        KnobSpace("kv_budget", "kv_cache_tokens", scales=(2.0, 4.0)),
+    ),
     "hf": (
         *_BATCHING,
         KnobSpace("kv_quantization", "kv_cache", values=("quanto-int4", "hqq-int4", "hqq-int8")),
@@ -99,6 +104,8 @@ def points(
     base = current_value(system, space.field)
     if space.device is not None and getattr(system, "device", None) != space.device:
         return (), tuple((v, f"{space.device} only") for v in space.values)
+    if not space.values and base is None and space.none_means is None:
+        return (), tuple((k, "unset (unlimited) in the baseline: nothing to scale") for k in space.scales)
     values = space.values or _scaled(base, space)
     kept, dropped = [], []
     for value in values:

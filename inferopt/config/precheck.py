@@ -69,12 +69,51 @@ def parse_set_items(items: Sequence[str]) -> dict[str, Any]:
 def check_candidate(path: str | Path, overrides: dict[str, Any] | None = None) -> CandidateConfig:
     """The validated candidate, or one ConfigError listing every problem found (see the module docstring)."""
     cfg, prov = load_with_provenance(path, "candidate", overrides)
+    _raise_problems(cfg, prov, str(path))
+    return cfg
+
+
+def _raise_problems(cfg: CandidateConfig, prov: Provenance, what: str) -> None:
     problems = [*_trace(cfg, prov), *_durations(cfg), *_paths(cfg), *_hardware(cfg, prov), *_forced_lengths(cfg)]
     if problems:
         lines = list(dict.fromkeys(p if isinstance(p, str) else p.render(prov) for p in problems))  # once each
         raise ConfigError(
-            f"{path}: the pre-run check found {len(lines)} problem(s):\n" + "\n".join(f"  - {x}" for x in lines)
+            f"{what}: the pre-run check found {len(lines)} problem(s):\n" + "\n".join(f"  - {x}" for x in lines)
         )
+
+
+TUNE_PARTS = {"system": "baseline", "workload": "workload", "slo": "slo", "hardware": "hardware"}
+
+
+def check_tune(paths: dict[str, str | Path], overrides: dict[str, Any] | None = None) -> CandidateConfig:
+    """The search's inputs (`flows.tune`: a system, workload, SLO and hardware file, `--set part.field=value`
+    overrides with part one of TUNE_PARTS), each loaded and validated, then checked as a candidate of that
+    system would be (trace rows, durations, paths, the device), since the search's recommendation runs the
+    same chain. Returns them as a candidate with no change yet (not validated as one: `changes` is empty)."""
+    split: dict[str, dict[str, Any]] = {k: {} for k in TUNE_PARTS}
+    for dotted, value in (overrides or {}).items():
+        part, _, rest = dotted.partition(".")
+        if part not in TUNE_PARTS or not rest:
+            raise ConfigError(
+                f"--set {dotted}: not a field of the search's inputs; fix: prefix it with the file it sets, one of "
+                f"{', '.join(f'{k}.' for k in TUNE_PARTS)} (e.g. --set workload.num_requests=16)"
+            )
+        split[part][rest] = value
+    loaded, refs, done = {}, {}, set()
+    for part, key in TUNE_PARTS.items():
+        try:
+            cfg, prov = load_with_provenance(paths[part], part, split[part])
+        except ConfigError as exc:  # name the overrides as given: `--set workload.x`, not `--set x`
+            msg = str(exc)
+            for rest in sorted(split[part], key=len, reverse=True):
+                msg = msg.replace(f"--set {rest}", f"--set {part}.{rest}")
+            raise ConfigError(msg) from None
+        loaded[key] = cfg
+        refs[(key,)] = Path(paths[part])
+        done |= {(key, *o) for o in prov.overrides}
+    cfg = CandidateConfig.model_construct(**loaded, changes={})
+    root = Path(paths["system"])
+    _raise_problems(cfg, Provenance(root=root, refs=refs, overrides=frozenset(done)), "the search's inputs")
     return cfg
 
 

@@ -311,6 +311,18 @@ class FakeSystem(Frozen):
         le=60_000.0,
         description="each token reaches the client this long after the engine stamped it (planted transport)",
     )
+    weight_dtype: Literal["float32", "bfloat16", "int8"] = Field(
+        default="float32",
+        description="the weights a decode step reads: decode_step_ms is the step at float32, scaled by bytes/weight",
+    )
+    kv_cache_tokens: PositiveInt | None = Field(
+        default=None,
+        le=MAX_TOKENS * 1024,
+        description="KV cache size in fp16 tokens (None = unlimited): past it the newest sequence is preempted",
+    )
+    kv_cache_dtype: Literal["fp16", "fp8"] = Field(
+        default="fp16", description="fp8 halves each token's KV: the cache holds twice the tokens"
+    )
     vocab_size: PositiveInt = Field(default=288, le=MAX_TOKENS)
     eos_token_id: int = 2
     seed: Seed = 0

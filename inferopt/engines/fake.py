@@ -1,16 +1,16 @@
 """FakeEngine: the Engine protocol with scripted per-phase delays, for fast tests of everything above engines.
 
-Same queue, static batching (B1) and admission control as `HFEngine`, through the same pure policy
-(`static_batch`, `admit_on_arrival`), but all on the asyncio loop (no threads, no torch):
+Same queue, static batching (B1) and admission control as `HFEngine` (`static_batch`, `admit_on_arrival`),
+on the asyncio loop (no threads, no torch):
 
 - context: `context_ms` per batch; prefill: `prefill_base_ms + prefill_ms_per_token × Σ uncached prompt
-  tokens in the batch`; decode step: `decode_step_ms + decode_ms_per_seq × live sequences`;
+  tokens in the batch`; decode step: `decode_step_ms × weight bytes / 4 (weight_dtype) + decode_ms_per_seq ×
+  live sequences`; with `kv_cache_tokens`, a step whose KV does not fit preempts the newest sequences (vLLM's
+  recompute: back to the queue, their tokens so far prefilled again), counted and its peaks reported;
 - every delay × lognormal noise (mean 1, coefficient of variation `jitter_cv`) from `default_rng(seed)`;
-- per request, from an rng seeded by (seed, request_id) so it does not depend on timing: whether it errors
-  (`error_rate`; it then raises RuntimeError mid-stream, after its first token), whether its prefix counts
-  as cached (`cached_prefix_fraction`, only once its `prefix_group` was served by an earlier batch), and
-  its token ids (pseudo-random in [3, vocab_size): never EOS, so a request ends by length).
-
+- per request, from an rng seeded by (seed, request_id), not by timing: whether it errors (`error_rate`, after
+  its first token), whether its prefix counts as cached (`cached_prefix_fraction`, once its `prefix_group` was
+  served by an earlier batch), its token ids (pseudo-random in [3, vocab_size): never EOS, it ends by length).
 Deliberately not here: any model, real compute, or sampling semantics.
 """
 
@@ -32,9 +32,23 @@ from inferopt.records import ServerTimings, now_s
 
 __all__ = ["FakeEngine"]
 
+_WEIGHT_BYTES = {"float32": 4.0, "bfloat16": 2.0, "int8": 1.0}  # per weight: the decode step reads them all
+_KV_BYTES = {"fp16": 2.0, "fp8": 1.0}  # per KV element: an fp8 cache holds twice the tokens
+
 
 class _Slot:
-    __slots__ = ("cache_draw", "cancelled", "done", "queue", "request", "timings", "tokens", "waiting", "will_error")
+    __slots__ = (
+        "cache_draw",
+        "cancelled",
+        "done",
+        "pos",
+        "queue",
+        "request",
+        "timings",
+        "tokens",
+        "waiting",
+        "will_error",
+    )
 
     def __init__(
         self, request: GenRequest, key: str, arrival_s: float, tokens: list[int], will_error: bool, cache_draw: bool
@@ -48,6 +62,7 @@ class _Slot:
         self.cache_draw = cache_draw  # its prefix counts as cached if its group was already served
         self.done = False
         self.cancelled = False
+        self.pos = 0  # tokens emitted so far (kept across a preemption)
 
 
 class _Error:
@@ -74,6 +89,10 @@ class FakeEngine(EngineBase):
         self._running: list[_Slot] = []
         self.batches_run = 0
         self.tokens_generated = 0
+        self.preemptions = 0
+        self._kv_peak = 0.0  # peak KV usage (0..1) and running sequences since the last server_metrics()
+        self._running_peak = 0
+        self._peaks: tuple[float, int] = (0.0, 0)
 
     async def start(self) -> None:
         self._wakeup = asyncio.Event()
@@ -95,14 +114,25 @@ class FakeEngine(EngineBase):
         self._running = []
 
     def info(self) -> dict[str, Any]:
-        return {"engine": "fake", **self.system.model_dump()}
+        out = {"engine": "fake", **self.system.model_dump()}
+        if self.system.kv_cache_tokens is not None:  # the peaks since the last scrape, as vLLM's gauge poller
+            peaks = {"kv_cache_usage_perc_max": self._peaks[0], "num_requests_running_max": float(self._peaks[1])}
+            out["server_gauge_peaks"] = peaks
+        return out
 
     async def server_metrics(self) -> dict[str, float]:
-        return {
+        """Counters (the measure step takes their deltas); each call also closes a window of the KV and
+        running-sequence peaks that `info()` reports (after the runner's second scrape: the measured load's)."""
+        self._peaks = (self._kv_peak, self._running_peak)
+        self._kv_peak, self._running_peak = 0.0, 0
+        out = {
             "queue_depth": float(len(self._waiting)),
             "batches_run": float(self.batches_run),
             "tokens_generated": float(self.tokens_generated),
         }
+        if self.system.kv_cache_tokens is not None:
+            out["num_preemptions_total"] = float(self.preemptions)
+        return out
 
     # ------------------------------------------------------------------ consumer side
 
@@ -188,52 +218,82 @@ class FakeEngine(EngineBase):
         s = self.system
         t = now_s()
         for slot in slots:
-            slot.timings.admitted_s = t
-            slot.timings.batch_size_at_admit = len(slots)
+            if slot.pos == 0 and slot.timings.admitted_s is None:  # a resumed (preempted) one keeps its first stamps
+                slot.timings.admitted_s = t
+                slot.timings.batch_size_at_admit = len(slots)
         await asyncio.sleep(self._delay_s(s.context_ms))
         uncached = 0
         for slot in slots:
             req = slot.request
             hit = slot.cache_draw and req.prefix_group >= 0 and req.prefix_group in self._served_groups
-            slot.timings.cached_tokens = min(req.prefix_len, len(req.prompt_token_ids)) if hit else 0
-            uncached += len(req.prompt_token_ids) - slot.timings.cached_tokens
+            if slot.pos == 0:
+                slot.timings.cached_tokens = min(req.prefix_len, len(req.prompt_token_ids)) if hit else 0
+            uncached += len(req.prompt_token_ids) - slot.timings.cached_tokens + slot.pos  # recompute: + generated
         t = now_s()
         for slot in slots:
-            slot.timings.context_ready_s = t
-            slot.timings.prefill_start_s = t
+            if slot.pos == 0:
+                slot.timings.context_ready_s = t
+                slot.timings.prefill_start_s = t
         await asyncio.sleep(self._delay_s(s.prefill_base_ms + s.prefill_ms_per_token * uncached))
         t = now_s()
         for slot in slots:
-            slot.timings.prefill_end_s = t
+            if slot.pos == 0:
+                slot.timings.prefill_end_s = t
             if slot.request.prefix_group >= 0:
                 self._served_groups.add(slot.request.prefix_group)
-        step = 0
+        await self._decode(slots, t)
+
+    async def _decode(self, slots: list[_Slot], t: float) -> None:
+        """One token per live sequence per step until every one has ended or was preempted (KV full)."""
+        s = self.system
+        weight_ms = s.decode_step_ms * _WEIGHT_BYTES[s.weight_dtype] / _WEIGHT_BYTES["float32"]
         while True:
-            live = 0
+            live = []
             for slot in slots:
                 if slot.done:
                     continue
                 if slot.cancelled:
                     self._finish(slot, "cancelled")
                     continue
-                if slot.will_error and step >= 1:
+                if slot.will_error and slot.pos >= 1:
                     self._finish(slot, "error")
                     slot.queue.put_nowait(_Error("fake engine: scripted error (error_rate)"))
                     continue
-                if step >= len(slot.tokens):
+                if slot.pos >= len(slot.tokens):
                     self._finish(slot, "length")
                     slot.queue.put_nowait(FinishEvent(slot.timings))
                     continue
+                live.append(slot)
+            live = self._fit_kv(live)
+            for slot in live:
                 slot.timings.token_s.append(t)
-                slot.queue.put_nowait(TokenEvent((slot.tokens[step],), t))
+                slot.queue.put_nowait(TokenEvent((slot.tokens[slot.pos],), t))
                 self.tokens_generated += 1
-                if step + 1 >= len(slot.tokens) and not slot.will_error:
+                slot.pos += 1
+            for slot in live:
+                if slot.pos >= len(slot.tokens) and not slot.will_error:
                     self._finish(slot, "length")
                     slot.queue.put_nowait(FinishEvent(slot.timings))
-                    continue
-                live += 1
-            if not live:
+            n_live = sum(1 for slot in live if not slot.done)
+            if not n_live:
                 return
-            await asyncio.sleep(self._delay_s(s.decode_step_ms + s.decode_ms_per_seq * live))
-            step += 1
+            await asyncio.sleep(self._delay_s(weight_ms + s.decode_ms_per_seq * n_live))
             t = now_s()
+
+    def _fit_kv(self, live: list[_Slot]) -> list[_Slot]:
+        """`kv_cache_tokens`: while the live sequences' KV (prompt + generated + this step's token, halved per
+        token by an fp8 cache) exceeds the cache, the newest-admitted one is preempted back to the queue (it
+        resumes later, recomputing its prompt and tokens so far), as vLLM does; the last one always runs."""
+        cap = self.system.kv_cache_tokens
+        if cap is None:
+            return live
+        per_tok = _KV_BYTES[self.system.kv_cache_dtype] / _KV_BYTES["fp16"]
+        used = [(len(x.request.prompt_token_ids) + x.pos + 1) * per_tok for x in live]
+        self._kv_peak = max(self._kv_peak, min(1.0, sum(used) / cap))
+        self._running_peak = max(self._running_peak, len(live))
+        while len(live) > 1 and sum(used) > cap:
+            slot = live.pop()
+            used.pop()
+            self.preemptions += 1
+            self._waiting[slot.waiting.request_id] = slot  # back to the queue, at its own arrival (first in line)
+        return live

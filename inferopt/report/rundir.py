@@ -52,6 +52,7 @@ class RunData:
     phases: pd.DataFrame | None = None  # the measure step's per-request phases
     docs: dict[str, Any] = field(default_factory=dict)  # other top-level JSON documents
     arms: list[str] = field(default_factory=list)  # arm directory names
+    top: StepData | None = None  # the run directory's own files (a tune run's points table and frontier)
 
     def step(self, key: str) -> StepData | None:
         return self.steps.get(key)
@@ -133,6 +134,7 @@ def load_run_dir(path: str | Path) -> RunData:
                 run.candidate = doc
             else:
                 run.docs[p.stem] = doc
+    run.top = load_step(root)
     phases = root / "1-measure" / "phases.parquet"
     if phases.exists():
         try:

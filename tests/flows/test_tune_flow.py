@@ -61,7 +61,7 @@ def write_inputs(tmp: Path) -> dict[str, str]:
     return paths
 
 
-@pytest.mark.slow  # ~60 s on the loaded 2-core box: three capacity searches, two head-to-head duels, the logging
+@pytest.mark.slow  # ~60 s on the loaded 2-core box: three capacity searches, two duels, the logging; + the chain
 def test_tune_flow_logs_every_point_and_the_recommendation(prefect_harness, mlflow_uri, in_repo, tmp_path) -> None:
     from flows.tune import tune
     from inferopt.verdict.lint import refuse_cheats
@@ -83,6 +83,7 @@ def test_tune_flow_logs_every_point_and_the_recommendation(prefect_harness, mlfl
         assert {"probes.parquet", "capacity_curve.png"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
         assert run.data.metrics["capacity.req_per_s"] > 0 and run.data.tags["inferopt.point"]
     assert by_name["point-00"].data.tags["inferopt.point"] == "baseline"
+    parent = client.get_run(result["run_id"])  # again: the chain's tags came after the search
     files = {a.path for a in client.list_artifacts(result["run_id"])}
     assert {"points.parquet", "points.csv", "frontier.png", "tune.json", "recommendation.yaml"} <= files
     # the simulator, fitted on the baseline's probes and judged on the other points' (inferopt.simulate)
@@ -97,6 +98,20 @@ def test_tune_flow_logs_every_point_and_the_recommendation(prefect_harness, mlfl
     cfg = load_config(mirror / "recommendation.yaml", kind="candidate")
     assert set(cfg.changes) == {"batching.max_batch_size"} and cfg.baseline.name == "fake-queue"
     refuse_cheats(cfg)  # what flows.optimize checks before it runs: it would take this candidate
+    # the recommendation went through the chain: its own optimize run, whose verdict the tune's parent run holds
+    chain = result["chain"]
+    [judged] = chain["judged"]
+    assert judged["decision"] in ("accept", "reject", "inconclusive") and judged["run_id"], judged
+    assert chain["decision"] == ("proven" if judged["decision"] == "accept" else "not_proven"), chain
+    assert parent.data.tags["inferopt.verdict"] == judged["decision"]
+    assert parent.data.tags["inferopt.tune.chain"] == chain["decision"]
+    verdict_run = client.get_run(judged["run_id"])
+    assert verdict_run.data.tags["inferopt.tune_run_id"] == result["run_id"]
+    assert verdict_run.data.tags["inferopt.verdict"] == judged["decision"]
+    assert {"chain.json", "report.html"} <= files
+    html = (mirror / "report.html").read_text()  # the frontier and the capacity of every point tried
+    assert "frontier.png" in html and "capacity under the SLO, highest first" in html and "baseline" in html
+    assert f"CHAIN: {chain['decision'].upper().replace('_', ' ')}" in html
 
 
 def test_bad_input_exits_2_before_prefect_or_mlflow(in_repo, tmp_path, capsys) -> None:
@@ -111,7 +126,12 @@ def test_bad_input_exits_2_before_prefect_or_mlflow(in_repo, tmp_path, capsys) -
         ([paths["system"], *rest, "--capacity", "max_probe=3"], "unknown field(s) ['max_probe']"),
         ([paths["system"], *rest, "--capacity", "max_probes=1"], "too small to bracket"),
         ([paths["system"], *rest, "--capacity", "max_probes=many"], "fix: numbers"),
-        ([paths["system"], *rest, "--control", "kv_budget"], "control arm 'kv_budget'"),
+        ([paths["system"], *rest, "--control", "speculative_decoding"], "control arm 'speculative_decoding'"),
+        ([paths["system"], *rest, "--set", "workload.arrival.rate_per_s=-3"], "workload"),
+        ([paths["system"], *rest, "--set", "num_requests=16"], "prefix it with the file it sets"),
+        ([paths["system"], *rest, "--set", "slo.ttft_p99_ms=oops"], "ttft_p99_ms"),
+        ([paths["system"], *rest, "--judge", "-1"], "--judge -1"),
+        ([paths["system"], *rest, "--set", "workload.seed"], "expected FIELD=VALUE"),
         (["configs/systems/openai-example.yaml", *rest], "the openai engine declares no knob space"),
         ([str(tmp_path / "missing.yaml"), *rest], "file not found"),
     ]

@@ -199,3 +199,54 @@ def test_cancelled_consumer_stops_and_is_recorded() -> None:
 def test_invalid_fake_knobs_are_rejected_by_config(bad: dict) -> None:
     with pytest.raises(ValueError):
         FakeSystem(**bad)
+
+
+def test_weight_dtype_scales_the_decode_step_by_weight_bytes() -> None:
+    base = {"context_ms": 0.0, "prefill_base_ms": 0.0, "prefill_ms_per_token": 0.0, "decode_ms_per_seq": 0.0}
+    knobs = BatchingKnobs(max_batch_size=1, batch_wait_ms=0)
+    gaps = {}
+    for dtype in ("float32", "int8"):
+        system = FakeSystem(**base, decode_step_ms=8.0, weight_dtype=dtype, batching=knobs)
+        (out,) = asyncio.run(_run(system, [_req(0, max_new=6)]))
+        steps = [b - a for a, b in zip(out.server.token_s, out.server.token_s[1:], strict=False)]
+        gaps[dtype] = sorted(steps)[len(steps) // 2]
+    assert gaps["float32"] >= 0.008 * 0.95 and gaps["int8"] < 0.6 * gaps["float32"]  # 2 ms + the loop's overshoot
+
+
+def _kv_run(kv_cache_tokens: int, dtype: str = "fp16") -> tuple[list[Outcome], FakeEngine, dict, dict]:
+    system = FakeSystem(
+        **FAST, kv_cache_tokens=kv_cache_tokens, kv_cache_dtype=dtype, batching=BatchingKnobs(max_batch_size=4)
+    )
+    engine = make_engine(system)
+
+    async def go():
+        await engine.start()
+        await engine.server_metrics()  # opens the peaks' window, as the runner's first scrape does
+        try:
+            outs = await asyncio.gather(*(_consume(engine, _req(i, prompt_len=8, max_new=8)) for i in range(4)))
+            return outs, await engine.server_metrics(), engine.info()
+        finally:
+            await engine.stop()
+
+    outs, metrics, info = asyncio.run(go())
+    return outs, engine, metrics, info
+
+
+def test_a_kv_cache_too_small_preempts_and_every_request_still_gets_all_its_tokens() -> None:
+    # four 8-token prompts growing to 16 tokens each: 64 tokens at the end, in a cache of 40
+    outs, engine, metrics, info = _kv_run(40)
+    assert [o.kind for o in outs] == ["ok"] * 4 and all(len(o.tokens) == 8 for o in outs)
+    assert metrics["num_preemptions_total"] > 0 and engine.preemptions == metrics["num_preemptions_total"]
+    peaks = info["server_gauge_peaks"]
+    assert peaks["kv_cache_usage_perc_max"] == 1.0 and peaks["num_requests_running_max"] == 4.0
+    for o in outs:  # a resumed request keeps its first admission and one stamp per token
+        assert o.server.admitted_s is not None and len(o.server.token_s) == 8
+    # an fp8 cache holds twice the tokens (80 >= 64): nothing preempted, the cache not full
+    _, _, metrics8, info8 = _kv_run(40, "fp8")
+    assert metrics8["num_preemptions_total"] == 0 and info8["server_gauge_peaks"]["kv_cache_usage_perc_max"] < 0.95
+
+
+def test_no_kv_cache_reports_nothing_kv() -> None:
+    engine = make_engine(FakeSystem(**FAST))
+    metrics = asyncio.run(engine.server_metrics())
+    assert "num_preemptions_total" not in metrics and "server_gauge_peaks" not in engine.info()

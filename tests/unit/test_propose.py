@@ -79,8 +79,16 @@ def test_nothing_to_propose_says_why():
     assert "no bottleneck located" in propose(HF, "none").message and not propose(HF, "none").proposals
     endpoint = propose(OPENAI, "queueing")
     assert not endpoint.proposals and "declares no knob space" in endpoint.message
-    fake = propose(FakeSystem(), "kv_capacity")
+    batching_only = [KnobSpace("batch_size", "batching.max_batch_size", values=(2, 8))]
+    fake = propose(FakeSystem(), "kv_capacity", spaces=batching_only)
     assert not fake.proposals and "no lever of the fake engine serves kv_capacity" in fake.message
+    unset = propose(FakeSystem(), "kv_capacity")  # a budget left unlimited has nothing to scale: said, not raised
+    assert [p.field for p in unset.proposals] == ["kv_cache_dtype"]
+    assert (
+        "kv_cache_tokens",
+        "every value refused: 2.0: unset (unlimited) in the baseline: nothing to scale; "
+        "4.0: unset (unlimited) in the baseline: nothing to scale",
+    ) in unset.not_proposed
 
 
 def test_bad_input_is_refused_with_the_fields():

@@ -13,20 +13,9 @@ import matplotlib.pyplot as plt
 import pytest
 import yaml
 
-from inferopt.choose.search import (
-    Duel,
-    Point,
-    TuneBudget,
-    allocate,
-    between,
-    custom_space,
-    decide,
-    pareto,
-    recommendation,
-    recommendation_yaml,
-    select_points,
-    tune,
-)
+from inferopt.choose.ranking import Duel, Point, between, decide, pareto
+from inferopt.choose.sampler import allocate, select_points
+from inferopt.choose.search import TuneBudget, custom_space, recommendation, recommendation_yaml, tune
 from inferopt.config import (
     CandidateConfig,
     ConstantArrivals,
