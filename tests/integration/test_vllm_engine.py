@@ -2,8 +2,9 @@
 
 (a) a 200-request Poisson run with a burst through `run_system`: one phase row per sent request (rejected and
     failed ones too), server fields joined from vLLM's spans for the ok requests, the M3 residual reported;
-(b) killing the server's process group mid-run: exactly one record per sent request, with outcomes, the
-    run ends (no hang) and stopping the engine again is harmless.
+(b) killing the server's process group mid-run (issue 16's "vLLM server killed mid-trial"): the trial is failed
+    (ServerDied, not averaged over the requests served before), the stream file keeps exactly one record per
+    request, with outcomes, the run ends (no hang) and stopping the engine again is harmless.
 
 Skipped with a reason when `.venv-vllm` is absent (`bash scripts/setup_vllm.sh` makes it).
 """
@@ -159,15 +160,14 @@ def test_killing_the_server_mid_run_keeps_one_record_per_request(tmp_path: Path)
     ended = time.monotonic()
     th.join(timeout=5)
     assert "at" in killed, "the server was never killed (did it start?)"
-    assert not run.failed, run.error  # a dead server fails requests, not the run
+    # a trial whose server died is failed, not averaged over what it served before; its records stay on disk
+    assert run.failed and run.error.startswith("ServerDied: the server exited"), run.error
     assert ended - killed["at"] < 45  # the rest of the schedule fails fast: no hang on a dead server
-    recs = run.records
+    recs = [r for r in read_records(path) if not r.warmup]
     assert len(recs) == len(table) and len({r.request_id for r in recs}) == len(table)
     outcomes = {r.outcome for r in recs}
     assert "ok" in outcomes and "error" in outcomes, outcomes
     assert all(r.error for r in recs if r.outcome != "ok")
-    assert len(read_records(path)) == len(table)
-    assert len(run.phases) == len(table)
     eng = engines[0]
     import asyncio
 
@@ -179,7 +179,7 @@ def test_killing_the_server_mid_run_keeps_one_record_per_request(tmp_path: Path)
             {
                 "outcomes": {o: sum(r.outcome == o for r in recs) for o in outcomes},
                 "after_kill_s": round(ended - killed["at"], 2),
-                "join": {k: v for k, v in run.join.items() if k != "missing"},
+                "error": run.error.splitlines()[0],
                 "first_error": next(r.error for r in recs if r.outcome == "error"),
             }
         )
