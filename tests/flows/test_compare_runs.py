@@ -9,6 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from llmd_benchmark_report import load_benchmark_report
 from mlflow.tracking import MlflowClient
 
@@ -21,6 +22,7 @@ def _run(experiment: str) -> dict:
     return optimize(candidate="configs/candidates/fake-batching.yaml", overrides=FAST, experiment=experiment)
 
 
+@pytest.mark.slow  # heavy (CI runs it); keeps `-m "not slow"` near 5 min
 def test_two_runs_compared_paired_and_unpaired(prefect_harness, mlflow_uri, in_repo: Path, capsys) -> None:
     from inferopt.compare.__main__ import main
     from inferopt.compare.core import PAIRED_TEST, compare_runs

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from inferopt.verdict.decide import ACCEPT_LINE
@@ -26,6 +27,7 @@ STEPS = {
 }
 
 
+@pytest.mark.slow  # heavy (CI runs it); keeps `-m "not slow"` near 5 min
 def test_flow_end_to_end_on_fake_engine(prefect_harness, mlflow_uri, in_repo: Path, monkeypatch) -> None:
     from flows.optimize import optimize
 

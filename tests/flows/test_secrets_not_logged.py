@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from inferopt.config import CandidateConfig, FakeSystem, load_config
@@ -55,6 +56,7 @@ def _leaks(root: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # heavy (CI runs it); keeps `-m "not slow"` near 5 min
 def test_no_secret_in_artifacts_db_or_output(
     prefect_harness, mlflow_uri, in_repo: Path, monkeypatch, tmp_path: Path, capsys
 ) -> None:

@@ -75,6 +75,7 @@ def queue_bound(tmp_path_factory):
     return out, tune(fake(1, 5.0, "fake-b1"), workload(160.0), SLO, HW, out, budget=budget, warmup_requests=0)
 
 
+@pytest.mark.slow  # heavy (CI runs it); keeps `-m "not slow"` near 5 min
 def test_a_queue_bound_system_gets_a_larger_batch_beyond_noise(queue_bound):
     _, r = queue_bound
     assert r.cause == "queueing"
@@ -91,6 +92,7 @@ def test_a_queue_bound_system_gets_a_larger_batch_beyond_noise(queue_bound):
     assert "raises capacity under the SLO" in r.message and "recommendation:" in r.message
 
 
+@pytest.mark.slow  # heavy (CI runs it); keeps `-m "not slow"` near 5 min
 def test_every_point_tried_is_kept_in_a_tidy_table(queue_bound):
     out, r = queue_bound
     table = r.table()
@@ -108,6 +110,7 @@ def test_every_point_tried_is_kept_in_a_tidy_table(queue_bound):
     assert summary["decision"] == r.decision and summary["changes"] == {r.recommended.field: r.recommended.value}
 
 
+@pytest.mark.slow  # heavy (CI runs it); keeps `-m "not slow"` near 5 min
 def test_the_recommendation_loads_as_a_candidate(queue_bound):
     _, r = queue_bound
     cfg = load_config(r.recommendation_path, kind="candidate")
@@ -126,6 +129,7 @@ def test_a_recommendation_holds_no_secret_and_says_where_they_go():
     assert CandidateConfig.model_validate(yaml.safe_load(text)).candidate_system.max_num_seqs == 32
 
 
+@pytest.mark.slow  # heavy (CI runs it); keeps `-m "not slow"` near 5 min
 def test_the_frontier_marks_the_recommendation_and_the_slo(queue_bound):
     _, r = queue_bound
     table = r.table()
@@ -137,6 +141,7 @@ def test_the_frontier_marks_the_recommendation_and_the_slo(queue_bound):
     plt.close(fig)
 
 
+@pytest.mark.slow  # heavy (CI runs it); keeps `-m "not slow"` near 5 min
 def test_a_system_at_its_best_batch_gets_no_change_helps(tmp_path):
     # batch size 16 already, ~40 ms a batch: ~400 req/s; smaller batches, waits and a bounded queue do not help
     budget = TuneBudget(max_trials=3, capacity=CAPACITY)  # a smaller batch and a wait window (budget: 3 trials)
