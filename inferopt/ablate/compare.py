@@ -41,6 +41,8 @@ from inferopt.stats.inference import (
     two_family_holm,
 )
 
+_EXACT = 1e-12  # relative: a difference this small between byte counts or shares is float round-off
+
 
 @dataclass(frozen=True)
 class MetricSpec:
@@ -273,12 +275,18 @@ def _judge_families(
     benefit[in_benefit] = holm(p[in_benefit].tolist(), alpha)
     table["tested"] = True  # every metric is tested: for benefit (targets) and for harm (all)
     is_primary = table["metric"].isin(primary).to_numpy()
-    table["harm"] = two_family_holm(table["harm_p"].tolist(), is_primary, alpha, primary_share)
-    table["harm_family"] = np.where(is_primary, "primary", "secondary")
-    share = primary_share if is_primary.any() and not is_primary.all() else 1.0
-    n_p, n_s = int(is_primary.sum()), int((~is_primary).sum())
+    testable = _harm_testable(table)
+    harm = np.zeros(len(table), dtype=bool)
+    idx = np.flatnonzero(testable)
+    harm[idx] = two_family_holm(table["harm_p"].to_numpy()[idx].tolist(), is_primary[idx], alpha, primary_share)
+    table["harm"] = harm
+    table["harm_family"] = np.where(~testable, "untestable", np.where(is_primary, "primary", "secondary"))
+    n_p, n_s = int((is_primary & testable).sum()), int((~is_primary & testable).sum())
+    share = primary_share if n_p and n_s else 1.0
     table["harm_level"] = np.where(
-        is_primary, alpha * share / max(n_p, 1), alpha * (1.0 - share if n_p else 1.0) / max(n_s, 1)
+        ~testable,
+        np.nan,
+        np.where(is_primary, alpha * share / max(n_p, 1), alpha * (1.0 - share if n_p else 1.0) / max(n_s, 1)),
     )
     better = np.where(table["lower_is_better"], table["diff"] < 0, table["diff"] > 0)
     worse_benefit = benefit & ~better
@@ -287,6 +295,18 @@ def _judge_families(
         benefit & better, "better", np.where(worse_benefit | table["harm"].to_numpy(), "worse", "none")
     )
     return table
+
+
+def _harm_testable(table: pd.DataFrame) -> np.ndarray:
+    """False for a metric identical in every repeat of both arms (no failure anywhere, the same weight bytes):
+    its harm test has p = 1 whatever the level, so it leaves the family and its share of alpha goes to the
+    others — Tarone's (1990) rule for hypotheses that cannot reach significance, here because the data hold
+    no variation at all (a count that is 0 in every trial, a deterministic byte count). A metric with no
+    spread but a difference (bytes that did change) stays: its p is exactly 0 or 1 and it is decided."""
+    se = pd.to_numeric(table.get("se_d"), errors="coerce").to_numpy(dtype=float)
+    diff = pd.to_numeric(table.get("diff"), errors="coerce").to_numpy(dtype=float)
+    constant = (se == 0.0) & (np.abs(diff) <= _EXACT * np.maximum(np.abs(table["baseline_value"].to_numpy(float)), 1))
+    return ~constant & table["harm_p"].notna().to_numpy()
 
 
 def _effect_text(r: pd.Series) -> str:
@@ -359,7 +379,11 @@ def _harm_design_text(effects: pd.DataFrame) -> str:
     if "harm_family" not in effects:
         return "Holm"
     primary = effects.loc[effects["harm_family"] == "primary", "metric"].tolist()
-    return f"primaries {primary} first, the rest after (weighted Holm, family-wise error <= alpha over all)"
+    text = f"primaries {primary} first, the rest after (weighted Holm, family-wise error <= alpha over all)"
+    constant = effects.loc[effects["harm_family"] == "untestable", "metric"].tolist()
+    if constant:
+        text += f"; {constant} identical in every repeat of both arms, so untestable and left out (Tarone)"
+    return text
 
 
 def _ci_says_worse(r: pd.Series) -> bool:

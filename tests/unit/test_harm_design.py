@@ -93,3 +93,28 @@ def test_the_default_runs_tpot_regression_is_now_reported_beyond_tolerance() -> 
     assert not bool(flat.set_index("metric").loc["tpot_ms_p50", "harm"])
     aa = compare_arms(trials, "baseline", "aa", **kw)
     assert not aa["harm"].any()
+
+
+def _table(rows: list[tuple[str, float, float, float, float]]) -> pd.DataFrame:
+    cols = ["metric", "harm_p", "se_d", "diff", "baseline_value"]
+    t = pd.DataFrame(rows, columns=cols)
+    return t.assign(p_value=0.5, lower_is_better=True)
+
+
+def test_a_metric_identical_in_every_repeat_leaves_the_harm_family() -> None:
+    from inferopt.ablate.compare import _judge_families
+
+    primary = ("ttft_ms_p50", "tpot_ms_p50", "failure_rate")
+    rows = [("ttft_ms_p50", 0.57, 0.18, 0.1, 30.0), ("tpot_ms_p50", 0.018, 0.042, 2.3, 7.9),
+            ("weight_bytes", 1.0, 0.0, 0.0, 3.3e6), ("kv_bytes_per_token", 0.0, 0.0, 512.0, 1024.0)]  # fmt: skip
+    # no failure in any trial of either arm: p = 1 at any level, so Tarone drops it and TPOT's step is 0.04 / 2
+    quiet = _judge_families(_table([*rows, ("failure_rate", 1.0, 0.0, 0.0, 0.0)]), (), 0.05, primary, 0.8)
+    q = quiet.set_index("metric")
+    assert q.loc["failure_rate", "harm_family"] == "untestable" and q.loc["weight_bytes", "harm_family"] == "untestable"
+    assert q.loc["kv_bytes_per_token", "harm_family"] == "secondary" and bool(q.loc["kv_bytes_per_token", "harm"])
+    assert q.loc["tpot_ms_p50", "harm_level"] == pytest.approx(0.02) and bool(q.loc["tpot_ms_p50", "harm"])
+    # one failure somewhere: the failure rate varies, stays in the family, and TPOT's step is 0.04 / 3 again
+    noisy = _judge_families(_table([*rows, ("failure_rate", 0.8, 0.003, 0.003, 0.0)]), (), 0.05, primary, 0.8)
+    n = noisy.set_index("metric")
+    assert n.loc["failure_rate", "harm_family"] == "primary"
+    assert n.loc["tpot_ms_p50", "harm_level"] == pytest.approx(0.04 / 3) and not bool(n.loc["tpot_ms_p50", "harm"])
