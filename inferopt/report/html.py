@@ -129,6 +129,19 @@ def _verdict_section(run: RunData) -> str:
     return "".join(parts)
 
 
+def _cache_text(head: dict[str, Any]) -> str:
+    """The prefix cache two ways, where the run has it: the engine's own counters and our records."""
+    if "cached_token_share" not in head:
+        return ""
+    engine = head.get("engine_cache_hit_rate")
+    text = "; prefix cache: "
+    text += f"engine counters {engine:.3g} of prompt tokens hit, " if engine is not None else "no engine counters, "
+    return text + (
+        f"records {head['cached_token_share']:.3g} of prompt tokens cached, "
+        f"{head.get('cache_hit_request_share', float('nan')):.3g} of requests hit"
+    )
+
+
 def _glance(run: RunData) -> str:
     """One row per step: its outcome in a few words, from the verdict's evidence and the step documents."""
     ev = (run.verdict or {}).get("evidence", {}) if run.verdict else {}
@@ -144,7 +157,7 @@ def _glance(run: RunData) -> str:
                 f"{head.get('output_tok_per_s', float('nan')):.4g} tok/s, "
                 f"ok rate {head.get('ok_rate', float('nan')):.3g}, "
                 f"SLO attainment {head.get('slo_attainment', float('nan')):.3g}, "
-                f"goodput {head.get('goodput_req_per_s', float('nan')):.3g} req/s",
+                f"goodput {head.get('goodput_req_per_s', float('nan')):.3g} req/s" + _cache_text(head),
             }
         )
     loc = ev.get("locate", {})

@@ -302,3 +302,13 @@ def test_gate_shows_the_retrieval_distance_curve_when_logged(tmp_path: Path) -> 
     assert "retrieval by key-to-query distance (from quality_distance)" in gate
     assert "kv retrieval accuracy by key-to-query distance" in gate
     assert len(re.findall(r"<img", gate)) > len(re.findall(r"<img", before[before.find('id="gate"') :]))
+
+
+def test_the_glance_shows_the_prefix_cache_from_the_engine_counters_beside_our_records() -> None:
+    from inferopt.report.html import _cache_text
+
+    head = {"engine_cache_hit_rate": 0.7196, "cached_token_share": 0.7196, "cache_hit_request_share": 0.5}
+    text = _cache_text(head)
+    assert "engine counters 0.72 of prompt tokens hit" in text and "records 0.72" in text and "0.5 of requests" in text
+    assert "no engine counters" in _cache_text({"cached_token_share": 0.3, "cache_hit_request_share": 0.4})
+    assert _cache_text({"ttft_ms_p99": 10.0}) == ""  # no prefix cache measured: nothing claimed
