@@ -16,6 +16,7 @@ import pandas as pd
 
 from inferopt.measure.slo import RequestSLO
 from inferopt.stats.inference import quantile
+from inferopt.workload.sessions import expected_prompt_len
 
 SLICE_DIMS = ("input_bucket", "output_bucket", "concurrency_bucket", "cache_hit")
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms", "prefill_ms", "decode_ms", "itl_ms_p99", "itl_ms_max")
@@ -30,13 +31,15 @@ class SliceEdges:
 
 
 def edges_from_workload(workload: pd.DataFrame) -> SliceEdges:
-    """Tercile edges of the workload's own input and output lengths (short / medium / long)."""
+    """Tercile edges of the workload's own input and output lengths (short / medium / long). For a session load
+    the input edges come from each turn's planned prompt (history + new message, `expected_prompt_len`), the
+    length its record will carry, not from the new message alone."""
 
-    def terciles(col: str) -> tuple[float, ...]:
-        qs = np.unique(np.quantile(workload[col].to_numpy(float), [1 / 3, 2 / 3]))
+    def terciles(values: pd.Series) -> tuple[float, ...]:
+        qs = np.unique(np.quantile(values.to_numpy(float), [1 / 3, 2 / 3]))
         return tuple(float(q) for q in qs)
 
-    return SliceEdges(input_len=terciles("input_len"), output_len=terciles("output_len"))
+    return SliceEdges(input_len=terciles(expected_prompt_len(workload)), output_len=terciles(workload["output_len"]))
 
 
 def _bucket(values: pd.Series, edges: tuple[float, ...], names: tuple[str, ...] | None = None) -> pd.Series:

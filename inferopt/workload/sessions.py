@@ -107,3 +107,18 @@ def tool_sleeps_ms(row: dict) -> list[float]:
     if not isinstance(text, str) or not text:
         return []
     return [float(x) for x in json.loads(text)]
+
+
+def expected_prompt_len(table: pd.DataFrame) -> pd.Series:
+    """The prompt each turn will send, as planned: the session's earlier turns (their messages, their output
+    budgets, their tool results) plus the turn's own message. A row's `input_len` is only the new message, so
+    this is what input-length slice edges of a session load are drawn from; a turn whose answer stops before its
+    budget sends less (the record's `input_len` is the real one). A table without sessions: its `input_len`."""
+    if not has_sessions(table):
+        return table["input_len"].astype(float)
+    plans = table["tool_sleep_ms"] if "tool_sleep_ms" in table else pd.Series("", index=table.index)
+    calls = plans.map(lambda t: len(tool_sleeps_ms({"tool_sleep_ms": t})))
+    result_tokens = table["tool_result_tokens"].fillna(0) if "tool_result_tokens" in table else 0
+    turn_total = table["input_len"] + table["output_len"] + calls * result_tokens
+    earlier = turn_total.groupby(table["session_id"]).cumsum() - turn_total
+    return (earlier + table["input_len"]).astype(float)

@@ -274,3 +274,18 @@ def test_report_shows_session_latency_and_cost_per_session() -> None:
     assert report_session_latency(sessions).iloc[0]["success rate"] == 0.5
     no_gate = " ".join(p.html for p in report_sessions(measure, RunData("r", steps={"measure": measure}), set()))
     assert "the gate did not run" in no_gate
+
+
+def test_slice_edges_of_a_session_load_come_from_the_prompts_the_turns_will_send(tmp_path) -> None:
+    from inferopt.measure.slices import edges_from_workload
+    from inferopt.workload.sessions import expected_prompt_len
+
+    table = build_workload(_workload())
+    planned = expected_prompt_len(table)
+    result, _, _ = _replay(table, tmp_path)
+    sent = pd.Series({r.request_id: r.input_len for r in result.records})
+    # the fake engine answers every budget in full, so the plan is exactly what each record carries
+    assert (sent.loc[table["request_id"]].to_numpy() == planned.to_numpy()).all()
+    assert (planned[table["turn"] > 0] > table["input_len"][table["turn"] > 0]).all()  # later turns carry history
+    q = np.quantile(planned.to_numpy(float), [1 / 3, 2 / 3])
+    assert edges_from_workload(table).input_len == tuple(float(x) for x in np.unique(q))
