@@ -5,12 +5,13 @@ parent run with a child run per point tried.
         --slo configs/slo/fake.yaml [--hardware configs/hardware/cpu.yaml] [--budget 12] [--prune]
     python -m flows.tune --serve      # deployment optimize/system (prefect deployment run optimize/system -p ...)
 
-measure -> locate -> propose -> capacity under the SLO per point -> a recommendation (a candidate YAML) or "no
-change helps", with the evidence (`inferopt.choose.search`); then the recommendation (and up to `--judge` N - 1
-points it tied with) goes through `flows.optimize` — ablation, validation, gate, verdict — and the tune's parent
-run holds the final word (`inferopt.verdict.tuned`: proven or not, with each verdict's run). Prefect name
-`optimize`, deployment `optimize/system` beside `optimize/candidate`. Bad input (a config, `--set`, the budget,
-the search space, a cheat the recommendation would carry) is refused before Prefect or MLflow start (exit 2).
+measure -> locate -> propose -> capacity under the SLO per point (`--prune`: only the points the simulator,
+calibrated on the baseline, keeps) -> a recommendation (a candidate YAML) or "no change helps", with the evidence
+(`inferopt.choose.search`); then the recommendation (and up to `--judge` N - 1 points it tied with) goes through
+`flows.optimize` — ablation, validation, gate, verdict — and the tune's parent run holds the final word
+(`inferopt.verdict.tuned`: proven or not, with each verdict's run). Prefect name `optimize`, deployment
+`optimize/system` beside `optimize/candidate`. Bad input (a config, `--set`, the budget, the search space, a
+cheat the recommendation would carry) is refused before Prefect or MLflow start (exit 2).
 """
 
 from __future__ import annotations
