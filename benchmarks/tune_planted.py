@@ -171,6 +171,7 @@ def compare_pruned(case: Case, out: Path) -> dict[str, Any]:
         "sim_usable": p.usable if p else None,
         "sim_top": p.sim_top if p else None,
         "sim_top_is_measured_top": p.same_top if p else None,
+        "measured_top_predicted": p.measured_top_predicted if p else None,
         "prune_message": p.message if p else None,
         "full_wall_s": full_row["wall_s"],
         "pruned_wall_s": pruned_row["wall_s"],

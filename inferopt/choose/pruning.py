@@ -114,9 +114,17 @@ class PruneReport:
     message: str
     trials_full_grid: int
     trials_real: int
-    sim_top: str | None
+    sim_top: str | None  # the top pick among the points the simulator could predict
     measured_top: str | None
     table: pd.DataFrame
+
+    @property
+    def measured_top_predicted(self) -> bool | None:
+        """Whether the simulator could predict the measured top pick at all (False: a point it refused)."""
+        t = self.table
+        if self.measured_top is None or "predictable" not in t:
+            return None
+        return bool(t.loc[t["label"] == self.measured_top, "predictable"].fillna(False).any())
 
     @property
     def trials_saved(self) -> int:
@@ -137,6 +145,7 @@ class PruneReport:
             "sim_top": self.sim_top,
             "measured_top": self.measured_top,
             "sim_top_is_measured_top": self.same_top,
+            "measured_top_predicted": self.measured_top_predicted,
         }
 
     def metrics(self) -> dict[str, float]:

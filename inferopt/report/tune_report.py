@@ -99,6 +99,7 @@ def _pruning(summary: dict[str, Any], table: pd.DataFrame | None) -> str:
         f"{p.get('trials_real')} real trials of a {p.get('trials_full_grid')}-point grid (saved "
         f"{p.get('trials_saved')}); the simulator's top pick {p.get('sim_top')} vs the measured top pick "
         f"{p.get('measured_top')}: {'the same' if p.get('sim_top_is_measured_top') else 'not the same or unknown'}"
+        + ("" if p.get("measured_top_predicted") is not False else " (the measured top is a point it cannot predict)")
     )
     cols = [c for c in PRUNE_COLUMNS if table is not None and c in table]
     caption = "every point of the grid: kind=predicted is the simulator's prediction only, never measured"

@@ -119,6 +119,7 @@ def test_the_pruned_search_measures_fewer_points_and_decides_on_measurements(pru
     # the decision is the measured one: a recommendation is a measured point, the simulator's top pick is measured
     assert pruned.recommended is not None and pruned.recommended.label in {pt.label for pt in pruned.points}
     assert p.sim_top in {pt.label for pt in pruned.points} and p.same_top is not None
+    assert p.measured_top_predicted is True
     assert pruned.recommended.label == "batching.max_batch_size=8"  # the planted truth: one prefill a batch
     assert all(pt.chosen_by == "simulator" for pt in pruned.points[1:])
     # reported: tune.json, the metrics, the predictions file (one line per grid point)
