@@ -4,8 +4,8 @@ the simulator cannot rule out, decide on measurements only.
 After the baseline's capacity search, `plan_pruning` fits the simulator on the baseline's probes and judges it on
 the baseline's held-back probes (`simulate.calibrate.calibrate_baseline`), predicts every candidate's capacity
 under the SLO (`calibrate.simulated_capacity`) and asks `simulate.prune.prune` which to measure: the top few,
-those within the simulator's error of the best (at least the capacity search's `rel_tol`: a simulated capacity
-is bracketed no finer), those it refuses to predict (another dtype, engine, model), the
+those that could still be the best given the simulator's error and the capacity search's `rel_tol` (a
+simulated capacity is bracketed no finer), those it refuses to predict (another dtype, engine, model), the
 predicted frontier and any control arm. An unusable calibration prunes nothing (the plain search runs) and says
 so. `pruning_report` then sets every point's prediction beside its measurement (simulated-only points marked
 `kind="predicted"`), the real trials against the full grid, and whether the simulator's top pick was the

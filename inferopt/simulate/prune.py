@@ -3,8 +3,8 @@
 `prune` takes the candidate systems (the baseline first), a `predict(system) -> CapacityResult` (the calibrated
 simulator's capacity search, `calibrate.simulated_capacity`) and that simulator's `Calibration`. With a usable
 calibration it keeps for real measurement: the baseline and the points named in `always` (control arms), the
-`top_k` points by predicted capacity, every point within twice the simulator's capacity error (at least
-`resolution`) of the best (it cannot order those), every point it refuses to predict (`WrongSystem`: another
+`top_k` points by predicted capacity, every point that could still be the best (`tie_share`: each prediction
+off by the capacity error, bracketed no finer than `resolution`), every point it refuses to predict (another
 engine, dtype, model) and, with `frontier`, the Pareto frontier of predicted capacity vs per-user speed (1000 /
 TPOT p50 at capacity; differences within the simulator's error, or under 1 % in speed, are ties). Every point is
 predicted whenever a calibration exists, usable or not, so every point is reported; an unusable calibration prunes
@@ -59,6 +59,13 @@ def pareto_max(x: np.ndarray, y: np.ndarray, eps_x: float = 0.0, eps_y: float = 
         better = (x > x[i] * (1.0 + eps_x)) | (y > y[i] * (1.0 + eps_y))
         keep[i] = not (at_least & better).any()
     return keep
+
+
+def tie_share(rel_err: float, resolution: float) -> float:
+    """How far below the best a predicted capacity may sit and still be the best: each prediction off by up to
+    `rel_err` (relative), and each the low end of a bracket `resolution` wide (the capacity search's rel_tol):
+    1 - (1 - e) / ((1 + e)(1 + r))."""
+    return 1.0 - (1.0 - rel_err) / ((1.0 + rel_err) * (1.0 + resolution))
 
 
 def predict_all(
@@ -128,13 +135,13 @@ def prune(
     keep_always = {0, *always}
     rivals = [i for i in everything if ok[i] and i not in keep_always]  # the points the simulator may rank
     err = calibration.capacity_rel_err if math.isfinite(calibration.capacity_rel_err) else calibration.bound
-    err = max(err, resolution)
+    err = tie_share(err, resolution)
     tpot_err = calibration.median_rel_err.get("tpot_ms_p50", math.nan)
     speed_err = max(tpot_err if math.isfinite(tpot_err) else calibration.bound, SPEED_RESOLUTION)
     best = max((cap[i] for i in rivals), default=0.0)
     top = set(sorted(rivals, key=lambda i: (-cap[i], i))[:top_k])
     table["top"] = [i in top for i in everything]
-    table["near_best"] = [i in rivals and best > 0 and cap[i] >= best * (1.0 - 2.0 * err) for i in everything]
+    table["near_best"] = [i in rivals and best > 0 and cap[i] >= best * (1.0 - err) for i in everything]
     front = np.zeros(len(ok), bool)
     if frontier:
         front = pareto_max(np.where(ok, cap, 0.0), np.where(ok, speed, 0.0), err, speed_err) & ok
@@ -146,7 +153,7 @@ def prune(
     table["measure"] = [i in keep for i in everything]
     table["why"] = [_why(i, table.iloc[i], keep_always) for i in everything]
     msg = (
-        f"measure {len(keep)} of {len(space)} points (the baseline, top {top_k}, those within {2 * err:.0%} of the "
+        f"measure {len(keep)} of {len(space)} points (the baseline, top {top_k}, those within {err:.0%} of the "
         f"best predicted capacity, those the simulator cannot predict"
         + (", the predicted frontier" if frontier else "")
         + f"); {len(space) - len(keep)} pruned by the simulator"

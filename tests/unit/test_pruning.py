@@ -25,7 +25,7 @@ from inferopt.records import RecordSink
 from inferopt.simulate.calibrate import Calibration, calibrate_baseline, simulated_capacity, simulated_run
 from inferopt.simulate.costs import DECODE_FEATURES, PREFILL_FEATURES, CostModel, Fit, system_fingerprint
 from inferopt.simulate.observe import fit_static
-from inferopt.simulate.prune import prune
+from inferopt.simulate.prune import prune, tie_share
 from inferopt.validate.capacity import CapacityBudget
 
 SLO = SLOConfig(name="test", ttft_p99_ms=200, tpot_p95_ms=50)
@@ -238,3 +238,10 @@ def test_the_flow_logs_every_point_predicted_or_measured(pruned):
     assert tracker.jsons["pruning.json"]["trials_saved"] == r.pruning.trials_saved
     assert tracker.tags_["inferopt.tune.sim_top_is_measured_top"] in ("true", "false")
     log_pruning(Stub(), dataclasses.replace(r, pruning=None))  # an unpruned search logs nothing of it
+
+
+def test_a_point_may_still_be_the_best_within_the_error_and_one_bracket():
+    assert tie_share(0.0, 0.0) == 0.0 and tie_share(0.0, 0.15) == pytest.approx(1 - 1 / 1.15)
+    assert tie_share(0.05, 0.0) == pytest.approx(1 - 0.95 / 1.05) and tie_share(0.05, 0.15) > tie_share(0.05, 0.0)
+    # one bisection step below the best (5.5 vs 6.5 req/s at rel_tol 0.15, an exact model): told apart
+    assert 5.5 < 6.5 * (1 - tie_share(0.0, 0.15)) < 5.7
