@@ -20,7 +20,7 @@ The last line is one JSON object: {"cases", "right_levers", "capacity_gain": {ca
 {case: n}, "repeat_agrees", "located", "duel_backed", "trials_pruned", "trials_full", "same_pick", "per_case"}.
 
     .venv/bin/python benchmarks/tune_planted.py [--cases configs/tune_planted] [--skip-engine hf] [--no-repeat]
-        [--no-prune-compare]
+        [--no-prune-compare | --prune-only]
 """
 
 from __future__ import annotations
@@ -153,8 +153,9 @@ def same_recommendation(first: tuple[str, str | None], again: tuple[str, str | N
     return first[1] == again[1] if first[1] or again[1] else first[0] == again[0]
 
 
-def compare_pruned(case: Case, out: Path) -> dict[str, Any]:
-    """The case's full grid measured, then the same grid pruned by the simulator: trials and picks compared."""
+def compare_pruned(case: Case, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The case's full grid measured, then the same grid pruned by the simulator: trials and picks compared
+    (and the full-grid search's own row, a search of the case like any other)."""
     full_row, full = run_case(case, out / "full", replace(case.budget, max_trials=GRID_TRIALS, prune=False))
     pruned_row, pruned = run_case(case, out / "pruned", replace(case.budget, max_trials=GRID_TRIALS, prune=True))
     p = pruned.pruning
@@ -175,7 +176,7 @@ def compare_pruned(case: Case, out: Path) -> dict[str, Any]:
         "prune_message": p.message if p else None,
         "full_wall_s": full_row["wall_s"],
         "pruned_wall_s": pruned_row["wall_s"],
-    }
+    }, full_row
 
 
 def _with_all(rows: list[dict[str, Any]], key: str, total: Any) -> dict[str, Any]:
@@ -219,6 +220,9 @@ def main() -> None:
     ap.add_argument("--skip-engine", action="append", default=[], help="skip cases of this engine (e.g. hf)")
     ap.add_argument("--no-repeat", action="store_true", help="one search per case (repeat_agrees not measured)")
     ap.add_argument("--no-prune-compare", action="store_true", help="skip the full-grid vs pruned searches")
+    ap.add_argument(
+        "--prune-only", action="store_true", help="only the full-grid vs pruned searches (the case's row: the full)"
+    )
     ap.add_argument("--out", default=None, help="keep every search's files here (default: a temporary directory)")
     args = ap.parse_args()
     cases = [load_case(p) for p in sorted(Path(args.cases).glob("*.yaml"))]
@@ -227,14 +231,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tune-planted-") as tmp:
         root = Path(args.out) if args.out else Path(tmp)
         for case in cases:
-            row, r = run_case(case, root / case.name)
-            if not args.no_repeat:
+            if args.prune_only:
+                fields, row = compare_pruned(case, root / f"{case.name}-prune")
+                row.update(fields)
+            else:
+                row, r = run_case(case, root / case.name)
+            if not args.no_repeat and not args.prune_only:
                 _, again = run_case(case, root / f"{case.name}-rerun")
                 row["rerun_pick"] = list(_pick(again))
                 row["repeat_agrees"] = same_recommendation(_pick(r), _pick(again))
                 row["rerun_same_decision"] = _pick(again) == _pick(r)
             if not args.no_prune_compare:
-                row.update(compare_pruned(case, root / f"{case.name}-prune"))
+                if not args.prune_only:
+                    row.update(compare_pruned(case, root / f"{case.name}-prune")[0])
                 print(
                     f"{case.name} pruning: full grid {row['trials_full']} trials -> {row['full_pick']}; pruned "
                     f"{row['trials_pruned']} -> {row['pruned_pick']} (same pick {row['same_pick']}, share "
