@@ -87,7 +87,11 @@ def load_case(path: Path) -> Case:
         cause=str(expect["cause"]),
         levers=tuple(expect["levers"]),
         no_change_ok=bool(expect.get("no_change_ok", False)),
-        budget=TuneBudget(max_trials=int(raw["budget"]), capacity=CapacityBudget(**raw.get("capacity", {}))),
+        budget=TuneBudget(
+            max_trials=int(raw["budget"]),
+            capacity=CapacityBudget(**raw.get("capacity", {})),
+            prune=bool(raw.get("prune", False)),  # the case's own search pruned (the comparison runs both anyway)
+        ),
     )
 
 
