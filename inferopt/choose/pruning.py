@@ -99,7 +99,8 @@ def plan_pruning(
     always = [i for i, c in enumerate(cands) if c.proposal is not None and c.proposal.control]
     kw = {"top_k": top_k, "frontier": frontier, "always": always, "resolution": capacity_budget.rel_tol}
     decision = prune(systems, predict, cal, **kw)
-    return PrunePlan(cands, decision, cal, f"{decision.message} ({sc.message})")
+    message = f"{decision.message} ({sc.message})" if decision.usable else f"nothing pruned: {sc.message}"
+    return PrunePlan(cands, decision, cal, message)
 
 
 def _never(system: Any) -> Any:
