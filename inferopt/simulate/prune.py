@@ -6,7 +6,8 @@ calibration it keeps for real measurement: the baseline and the points named in 
 `top_k` points by predicted capacity, every point that could still be the best (`tie_share`: each prediction
 off by the capacity error, bracketed no finer than `resolution`), every point it refuses to predict (another
 engine, dtype, model) and, with `frontier`, the Pareto frontier of predicted capacity vs per-user speed (1000 /
-TPOT p50 at capacity; differences within the simulator's error, or under 1 % in speed, are ties). Every point is
+TPOT p50 at capacity; differences within the simulator's error, or under 1 % in speed, are ties; a point no better
+than the baseline on either is not measured for it: it would measure the baseline again). Every point is
 predicted whenever a calibration exists, usable or not, so every point is reported; an unusable calibration prunes
 nothing and says so. Deliberately not here: measuring, or the search's decision rule (`inferopt.choose.pruning`
 wires this into the search, which measures what `prune` keeps and decides on measurements only).
@@ -145,6 +146,8 @@ def prune(
     front = np.zeros(len(ok), bool)
     if frontier:
         front = pareto_max(np.where(ok, cap, 0.0), np.where(ok, speed, 0.0), err, speed_err) & ok
+        twin = (cap <= cap[0] * (1.0 + err)) & (speed <= speed[0] * (1.0 + speed_err))  # the baseline's, within error
+        front &= ~twin | (np.arange(len(ok)) == 0)
     table["frontier"] = front
     if not calibration.usable:
         table["measure"], table["why"] = True, "nothing pruned: the simulator's calibration is unusable"

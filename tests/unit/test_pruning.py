@@ -245,3 +245,14 @@ def test_a_point_may_still_be_the_best_within_the_error_and_one_bracket():
     assert tie_share(0.05, 0.0) == pytest.approx(1 - 0.95 / 1.05) and tie_share(0.05, 0.15) > tie_share(0.05, 0.0)
     # one bisection step below the best (5.5 vs 6.5 req/s at rel_tol 0.15, an exact model): told apart
     assert 5.5 < 6.5 * (1 - tie_share(0.0, 0.15)) < 5.7
+
+
+def test_a_point_predicted_to_be_the_baseline_again_is_not_measured_for_the_frontier():
+    waits = fake().model_copy(update={"batching": BatchingKnobs(max_batch_size=1, batch_wait_ms=5.0)})
+    space = [fake(), waits, fake(batch=2), fake(batch=8)]  # a wait window at batch size 1 changes nothing
+    cost = truth(space[0])
+    d = prune(space, lambda s: simulated_capacity(cost, s, WL, SLO, CAPACITY), _cal(), top_k=2, frontier=True)
+    t = d.predicted
+    assert t.loc[1, "predicted_capacity_req_per_s"] == t.loc[0, "predicted_capacity_req_per_s"]
+    assert not t.loc[1, "frontier"] and 1 in d.skipped and t.loc[1, "why"].startswith("pruned")
+    assert {0, 2, 3} <= set(d.measure)
