@@ -12,11 +12,15 @@ Per case (`per_case`): the cause located, the levers proposed and whether each s
 decision, the recommendation and its lever, the capacity of the baseline and of the recommendation and their
 ratio, trials (capacity searches) and probes, the duels and whether the gain over the baseline was confirmed
 head to head, the rerun's pick (the same change recommended; `rerun_same_decision`: also the same
-decision, winner or tie). Add a case: drop a YAML into the directory (held-out cases run the same way).
+decision, winner or tie). Pruning (issue 18): each case also searched over its full grid (every point
+measured, `trials_full`) and with the calibrated simulator pruning the same grid (`trials_pruned`); `same_pick`:
+the pruned search recommends the same change as the full one; acceptance: same pick with <= 40 % of the full
+search's real trials ("all": over every case). Add a case: drop a YAML into the directory.
 The last line is one JSON object: {"cases", "right_levers", "capacity_gain": {case: ratio}, "trials":
-{case: n}, "repeat_agrees", "located", "duel_backed", "per_case"}.
+{case: n}, "repeat_agrees", "located", "duel_backed", "trials_pruned", "trials_full", "same_pick", "per_case"}.
 
     .venv/bin/python benchmarks/tune_planted.py [--cases configs/tune_planted] [--skip-engine hf] [--no-repeat]
+        [--no-prune-compare | --prune-only]
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,8 @@ from inferopt.config.models import SystemConfig  # noqa: E402
 from inferopt.validate.capacity import CapacityBudget  # noqa: E402
 
 TARGETS = {r.name: r.targets for r in CATALOGUE}
+GRID_TRIALS = 99  # a budget above any case's grid: the full search measures every point
+PRUNED_SHARE = 0.4  # issue 18's acceptance: the pruned search's real trials / the full search's
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,11 @@ def load_case(path: Path) -> Case:
         cause=str(expect["cause"]),
         levers=tuple(expect["levers"]),
         no_change_ok=bool(expect.get("no_change_ok", False)),
-        budget=TuneBudget(max_trials=int(raw["budget"]), capacity=CapacityBudget(**raw.get("capacity", {}))),
+        budget=TuneBudget(
+            max_trials=int(raw["budget"]),
+            capacity=CapacityBudget(**raw.get("capacity", {})),
+            prune=bool(raw.get("prune", False)),  # the case's own search pruned (the comparison runs both anyway)
+        ),
     )
 
 
@@ -128,9 +138,9 @@ def _best_gain(r: TuneResult) -> float | None:
     return _ratio(max(caps), base.capacity.req_per_s) if caps and base else None
 
 
-def run_case(case: Case, out: Path) -> tuple[dict[str, Any], TuneResult]:
+def run_case(case: Case, out: Path, budget: TuneBudget | None = None) -> tuple[dict[str, Any], TuneResult]:
     t0 = time.perf_counter()
-    r = tune(case.system, case.workload, case.slo, case.hardware, out, budget=case.budget)
+    r = tune(case.system, case.workload, case.slo, case.hardware, out, budget=budget or case.budget)
     row = judge_case(case, r)
     row["wall_s"] = round(time.perf_counter() - t0, 1)
     return row, r
@@ -147,6 +157,51 @@ def same_recommendation(first: tuple[str, str | None], again: tuple[str, str | N
     return first[1] == again[1] if first[1] or again[1] else first[0] == again[0]
 
 
+def compare_pruned(case: Case, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The case's full grid measured, then the same grid pruned by the simulator: trials and picks compared
+    (and the full-grid search's own row, a search of the case like any other)."""
+    full_row, full = run_case(case, out / "full", replace(case.budget, max_trials=GRID_TRIALS, prune=False))
+    pruned_row, pruned = run_case(case, out / "pruned", replace(case.budget, max_trials=GRID_TRIALS, prune=True))
+    p = pruned.pruning
+    n_full, n_pruned = len(full.points), len(pruned.points)
+    same = same_recommendation(_pick(pruned), _pick(full))
+    return {
+        "trials_full": n_full,
+        "trials_pruned": n_pruned,
+        "same_pick": same,
+        "pruned_share": round(n_pruned / n_full, 3) if n_full else None,
+        "prune_accepted": bool(same and n_full and n_pruned <= PRUNED_SHARE * n_full),
+        "full_pick": list(_pick(full)),
+        "pruned_pick": list(_pick(pruned)),
+        "sim_usable": p.usable if p else None,
+        "sim_top": p.sim_top if p else None,
+        "sim_top_is_measured_top": p.same_top if p else None,
+        "measured_top_predicted": p.measured_top_predicted if p else None,
+        "prune_message": p.message if p else None,
+        "full_wall_s": full_row["wall_s"],
+        "pruned_wall_s": pruned_row["wall_s"],
+    }, full_row
+
+
+def _with_all(rows: list[dict[str, Any]], key: str, total: Any) -> dict[str, Any]:
+    return {**{x["case"]: x[key] for x in rows if key in x}, "all": total}
+
+
+def prune_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`trials_pruned`, `trials_full`, `same_pick` per case and over all ("all"); the acceptance per case."""
+    done = [x for x in rows if "trials_full" in x]
+    if not done:
+        return {}
+    full, pruned = sum(x["trials_full"] for x in done), sum(x["trials_pruned"] for x in done)
+    return {
+        "trials_pruned": _with_all(done, "trials_pruned", pruned),
+        "trials_full": _with_all(done, "trials_full", full),
+        "same_pick": _with_all(done, "same_pick", all(x["same_pick"] for x in done)),
+        "pruned_share": _with_all(done, "pruned_share", round(pruned / full, 3) if full else None),
+        "prune_accepted": _with_all(done, "prune_accepted", all(x["prune_accepted"] for x in done)),
+    }
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The last line's figures over the per-case rows (the structure a caller may extend with more keys)."""
     return {
@@ -158,6 +213,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "repeat_same_decision": all(x.get("rerun_same_decision", True) for x in rows) if rows else False,
         "located": sum(1 for x in rows if x["located"]),
         "duel_backed": sum(1 for x in rows if x["duel_backed"]),
+        **prune_summary(rows),
         "per_case": {x["case"]: x for x in rows},
     }
 
@@ -167,6 +223,10 @@ def main() -> None:
     ap.add_argument("--cases", default=str(ROOT / "configs/tune_planted"), help="a directory of case YAMLs")
     ap.add_argument("--skip-engine", action="append", default=[], help="skip cases of this engine (e.g. hf)")
     ap.add_argument("--no-repeat", action="store_true", help="one search per case (repeat_agrees not measured)")
+    ap.add_argument("--no-prune-compare", action="store_true", help="skip the full-grid vs pruned searches")
+    ap.add_argument(
+        "--prune-only", action="store_true", help="only the full-grid vs pruned searches (the case's row: the full)"
+    )
     ap.add_argument("--out", default=None, help="keep every search's files here (default: a temporary directory)")
     args = ap.parse_args()
     cases = [load_case(p) for p in sorted(Path(args.cases).glob("*.yaml"))]
@@ -175,12 +235,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tune-planted-") as tmp:
         root = Path(args.out) if args.out else Path(tmp)
         for case in cases:
-            row, r = run_case(case, root / case.name)
-            if not args.no_repeat:
+            if args.prune_only:
+                fields, row = compare_pruned(case, root / f"{case.name}-prune")
+                row.update(fields)
+            else:
+                row, r = run_case(case, root / case.name)
+            if not args.no_repeat and not args.prune_only:
                 _, again = run_case(case, root / f"{case.name}-rerun")
                 row["rerun_pick"] = list(_pick(again))
                 row["repeat_agrees"] = same_recommendation(_pick(r), _pick(again))
                 row["rerun_same_decision"] = _pick(again) == _pick(r)
+            if not args.no_prune_compare:
+                if not args.prune_only:
+                    row.update(compare_pruned(case, root / f"{case.name}-prune")[0])
+                print(
+                    f"{case.name} pruning: full grid {row['trials_full']} trials -> {row['full_pick']}; pruned "
+                    f"{row['trials_pruned']} -> {row['pruned_pick']} (same pick {row['same_pick']}, share "
+                    f"{row['pruned_share']}, accepted {row['prune_accepted']}); {row['prune_message']}",
+                    flush=True,
+                )
             rows.append(row)
             print(
                 f"{case.name}: located {row['cause']} (planted {case.cause}); proposed {', '.join(row['proposed'])}; "

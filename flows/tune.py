@@ -2,15 +2,16 @@
 parent run with a child run per point tried.
 
     python -m flows.tune configs/systems/fake.yaml --workload configs/workloads/fake-small.yaml \\
-        --slo configs/slo/fake.yaml [--hardware configs/hardware/cpu.yaml] [--budget 12]
+        --slo configs/slo/fake.yaml [--hardware configs/hardware/cpu.yaml] [--budget 12] [--prune]
     python -m flows.tune --serve      # deployment optimize/system (prefect deployment run optimize/system -p ...)
 
-measure -> locate -> propose -> capacity under the SLO per point -> a recommendation (a candidate YAML) or "no
-change helps", with the evidence (`inferopt.choose.search`); then the recommendation (and up to `--judge` N - 1
-points it tied with) goes through `flows.optimize` — ablation, validation, gate, verdict — and the tune's parent
-run holds the final word (`inferopt.verdict.tuned`: proven or not, with each verdict's run). Prefect name
-`optimize`, deployment `optimize/system` beside `optimize/candidate`. Bad input (a config, `--set`, the budget,
-the search space, a cheat the recommendation would carry) is refused before Prefect or MLflow start (exit 2).
+measure -> locate -> propose -> capacity under the SLO per point (`--prune`: only the points the simulator,
+calibrated on the baseline, keeps) -> a recommendation (a candidate YAML) or "no change helps", with the evidence
+(`inferopt.choose.search`); then the recommendation (and up to `--judge` N - 1 points it tied with) goes through
+`flows.optimize` — ablation, validation, gate, verdict — and the tune's parent run holds the final word
+(`inferopt.verdict.tuned`: proven or not, with each verdict's run). Prefect name `optimize`, deployment
+`optimize/system` beside `optimize/candidate`. Bad input (a config, `--set`, the budget, the search space, a
+cheat the recommendation would carry) is refused before Prefect or MLflow start (exit 2).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def load_inputs(
     control: str | None = None,
     overrides: dict[str, Any] | None = None,
     judge: int = 1,
+    prune: bool = False,
 ) -> tuple[tuple[Any, ...], TuneBudget, list[Any] | None]:
     """The configs, the budget and the search space, each checked: ConfigError for a bad file or `--set`
     (`precheck.check_tune`) or a cheat the recommendation would carry into the chain (`refuse_cheats`, when
@@ -79,7 +81,7 @@ def load_inputs(
     except TypeError as exc:  # a value of the wrong type (`--capacity max_probes=many`)
         raise ValueError(f"capacity {capacity}: {exc}; fix: numbers, e.g. max_probes=8 rel_tol=0.1") from None
     try:
-        tb = TuneBudget(max_trials=budget, capacity=cap, control=control)
+        tb = TuneBudget(max_trials=budget, capacity=cap, control=control, prune=prune)
     except ValueError as exc:
         raise ValueError(f"{exc} (max_trials is --budget {budget}; capacity.* are --capacity FIELD=VALUE)") from None
     problems = search_space_problems(configs[0], knobs, control)
@@ -105,21 +107,25 @@ def tune(
     control: str | None = None,
     overrides: dict[str, Any] | None = None,
     judge: int = 1,
+    prune: bool = False,
     experiment: str = "inferopt",
 ) -> dict[str, Any]:
     """Search `system` (a system YAML) for the change that raises its capacity under `slo` on `workload`; `budget`:
     capacity searches, the baseline's included; `capacity`: CapacityBudget fields (e.g. {"requests_per_probe": 40});
     `spaces`: {dotted field: values} searched instead of the engine's declared knob spaces; `overrides`:
     {"workload.num_requests": 16, ...}; `judge`: how many of the ranked points (the recommendation, then its
-    ties) go through flows.optimize (0: the search alone)."""
+    ties) go through flows.optimize (0: the search alone); `prune`: the simulator, calibrated on the baseline,
+    predicts every point and only what it keeps is measured (`inferopt.choose.pruning`)."""
     args = {"system": system, "workload": workload, "slo": slo, "hardware": hardware, "budget": budget}
     more = {"capacity": capacity, "spaces": spaces, "control": control, "overrides": overrides, "judge": judge}
+    more["prune"] = prune
     configs, tb, knobs = load_task(**args, **more)
     tags = {"inferopt.kind": "tune", "inferopt.system": configs[0].name, "inferopt.config_path": system}
     tracker = Tracker.start(run_name=f"tune-{configs[0].name}", experiment=experiment, tags=tags)
     print(f"[tune] MLflow run {tracker.parent_run_id}; results in {tracker.results_dir}")
     try:
         shown = {"capacity": tb.capacity.__dict__, "spaces": spaces or "declared", "control": control, "judge": judge}
+        shown["prune"] = prune
         tracker.params({**args, **shown, "overrides": overrides or {}})
         resolved = dict(zip(("system", "workload", "slo", "hardware"), configs, strict=True))
         tracker.json(redacted({k: c.model_dump(mode="json") for k, c in resolved.items()}), "inputs.resolved.json")
@@ -140,6 +146,7 @@ def tune(
         "results_dir": str(tracker.results_dir),
         "chain": outcome.to_dict(),
         "report": str(tracker.results_dir / "report.html"),
+        "pruning": result.pruning.summary() if result.pruning is not None else None,
     }
 
 
@@ -190,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", default=None, help="a lever to add as a control arm (must show no gain)")
     parser.add_argument("--set", action="append", default=[], metavar="PART.FIELD=VALUE", help="e.g. workload.seed=4")
     parser.add_argument("--judge", type=int, default=1, help="ranked points through flows.optimize (0: search only)")
+    parser.add_argument(
+        "--prune",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="predict every point with the simulator calibrated on the baseline; measure only what it keeps",
+    )
     parser.add_argument("--serve", action="store_true", help="serve the optimize/system deployment")
     args = parser.parse_args(argv)
     try:  # refuse bad input before Prefect, MLflow or any engine starts
@@ -204,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             "control": args.control,
             "overrides": parse_set_items(args.set) or None,
             "judge": args.judge,
+            "prune": args.prune,
         }
         if not args.serve:
             load_inputs(**kwargs)

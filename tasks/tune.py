@@ -2,7 +2,8 @@
 as its capacity search finishes (`point-NN`: its probes, rate/latency curve and bracket) — then the baseline's
 measure, located cause and proposals (`1-measure`, `2-locate`, `3-propose`) and on the parent run the points table
 sorted by capacity, the frontier figure, `tune.json` and the recommendation YAML; then the simulator calibrated on
-the points (`sim_*`: predicted vs measured per held-back probe, its plot, and the replica plan, labelled predicted).
+the points (`sim_*`: predicted vs measured per held-back probe, its plot, and the replica plan, labelled predicted)
+and, when the search was pruned, every point of the grid predicted beside measured (`points_predicted.parquet`).
 
 After the chain (`log_chain`): its outcome (`chain.json`, the verdict tags, each judged run tagged with this
 run's id) and the search's report.html. Deliberately not here: any decision or measurement (the core's).
@@ -57,6 +58,7 @@ def tune_task(
     )
     log_baseline(tracker, result)
     log_result(tracker, result)
+    log_pruning(tracker, result)
     log_simulator(tracker, result, workload, slo, budget.capacity)
     return result
 
@@ -108,6 +110,20 @@ def log_result(tracker: Tracker, r: TuneResult) -> None:
         tracker.figure(plots.frontier(table, r.slo_bounds_ms), "frontier.png")
     if r.recommendation_path:
         tracker.file(r.recommendation_path)
+
+
+def log_pruning(tracker: Tracker, r: TuneResult) -> None:
+    """With pruning: every point of the grid (measured beside predicted; simulated-only ones `kind=predicted`),
+    the trials saved and whether the simulator's top pick was the measured top pick (metrics: `r.metrics()`)."""
+    p = r.pruning
+    if p is None:
+        return
+    same = "unknown" if p.same_top is None else str(p.same_top).lower()
+    tags = {"inferopt.tune.prune_message": p.message[:4000], "inferopt.tune.sim_top_is_measured_top": same}
+    tracker.tags({**tags, "inferopt.tune.sim_top": str(p.sim_top), "inferopt.tune.measured_top": str(p.measured_top)})
+    tracker.json(p.summary(), "pruning.json")
+    if len(p.table):
+        tracker.table(p.table, "points_predicted.parquet")
 
 
 def log_simulator(

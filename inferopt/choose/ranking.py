@@ -24,7 +24,7 @@ from inferopt.config import AnySystem
 from inferopt.validate.capacity import CapacityResult, Probe
 
 Decision = Literal["winner", "tie", "no_change_helps", "nothing_to_try"]
-ChosenBy = Literal["baseline", "grid", "tpe"]
+ChosenBy = Literal["baseline", "grid", "tpe", "simulator"]
 _NAN = float("nan")
 
 

@@ -27,6 +27,7 @@ import yaml
 
 from inferopt.choose.duels import run_duel
 from inferopt.choose.propose import Proposal, Proposals, propose
+from inferopt.choose.pruning import PrunePlan, PruneReport, plan_pruning, pruning_report
 from inferopt.choose.ranking import (
     ChosenBy,
     Decision,
@@ -47,6 +48,7 @@ from inferopt.config.redact import REDACTED, redacted, redacted_paths
 from inferopt.engines import EngineFactory, make_engine
 from inferopt.locate.step import LocateResult, locate_system
 from inferopt.measure.step import MeasureResult, measure_system
+from inferopt.simulate.calibrate import DEFAULT_BOUND
 from inferopt.validate.capacity import CapacityBudget, capacity
 
 TARGET_METRICS = ("goodput_req_per_s", "ttft_ms_p99")  # what a capacity gain shows at the production rate
@@ -63,6 +65,10 @@ class TuneBudget:
     confirm_repeats: int = 2
     seed: int = 0
     control: str | None = None
+    prune: bool = False  # the calibrated simulator predicts the whole space; only what it keeps is measured
+    prune_top_k: int = 2  # measured whatever else the simulator says: the top few by predicted capacity
+    prune_frontier: bool = True  # ... and the predicted frontier (capacity vs per-user speed)
+    sim_bound: float = DEFAULT_BOUND  # held-back error above this: the simulator prunes nothing
 
     def __post_init__(self) -> None:
         problems = tune_budget_problems(self)
@@ -85,6 +91,10 @@ def tune_budget_problems(b: TuneBudget) -> list[str]:
         )
     if b.confirm_repeats < 0:
         out.append(f"confirm_repeats={b.confirm_repeats}: must be >= 0 (0: the brackets alone decide)")
+    if b.prune_top_k < 1:
+        out.append(f"prune_top_k={b.prune_top_k}: the simulator's top pick is always measured; fix: >= 1")
+    if not 0.0 < b.sim_bound < 1.0:
+        out.append(f"sim_bound={b.sim_bound}: a relative error bound in (0, 1); fix: e.g. 0.15")
     return out
 
 
@@ -160,6 +170,7 @@ class TuneResult:
     slo_bounds_ms: dict[str, float]
     measured: MeasureResult
     located: LocateResult
+    pruning: PruneReport | None = None  # with `TuneBudget.prune`: every point predicted, the trials saved
 
     @property
     def baseline(self) -> Point | None:
@@ -196,7 +207,7 @@ class TuneResult:
             out["tune.recommended_capacity_req_per_s"] = rec.capacity.req_per_s
             if base.capacity.req_per_s > 0:  # NaN (no rate met the SLO) compares False
                 out["tune.capacity_gain"] = rec.capacity.req_per_s / base.capacity.req_per_s
-        return out
+        return out | (self.pruning.metrics() if self.pruning is not None else {})
 
     def summary(self) -> dict[str, Any]:
         rec = self.recommended
@@ -216,6 +227,7 @@ class TuneResult:
             "evidence": list(self.evidence),
             "duels": [{**d.__dict__, "confirmed": d.confirmed} for d in self.duels],
             "metrics": self.metrics(),
+            "pruning": self.pruning.summary() if self.pruning is not None else None,
         }
 
 
@@ -363,15 +375,39 @@ def tune(
     )
     s = _Search(system, workload, slo, out, budget, engine_factory, warmup_requests, run_tag, on_point)
     untried: tuple[str, ...] = ()
+    pruned: PruneReport | None = None
     if not proposals.proposals:
         ranking = Ranking("nothing_to_try", None, (), (), _nothing_message(proposals))
     else:
         base = s.evaluate(None, 0, "baseline")
         if base.capacity.status == "failed":
             raise RuntimeError(f"tune: the baseline's capacity could not be measured: {base.capacity.message}")
-        untried = _search(s, _in_order(proposals))
+        order = _in_order(proposals)
+        plan = _plan(s, base, order) if budget.prune else None
+        untried = _search_kept(s, plan) if plan is not None and plan.usable else _search(s, order)
         ranking = decide(base, s.points, s.duel)
-    return _conclude(s, hardware, measured, located, proposals, ranking, untried)
+        pruned = pruning_report(plan, s.points) if plan is not None else None
+    return _conclude(s, hardware, measured, located, proposals, ranking, untried, pruned)
+
+
+def _plan(s: _Search, base: Point, order: Sequence[Proposal]) -> PrunePlan:
+    b = s.budget
+    kw = {"top_k": b.prune_top_k, "frontier": b.prune_frontier, "bound": b.sim_bound}
+    return plan_pruning(base, order, s.workload, s.slo, b.capacity, **kw)
+
+
+def _search_kept(s: _Search, plan: PrunePlan) -> tuple[str, ...]:
+    """Measure the points the simulator kept, in the search's order, within the budget; the rest are predictions
+    (`PruneReport.table`), not untried points. Returns the kept points the budget left out."""
+    kept = plan.to_measure()
+    room = s.budget.max_trials - 1
+    for c in kept[:room]:
+        s.evaluate(c.proposal, c.value_index, "simulator")
+    left = [c.label for c in kept[room:]]
+    if not left:
+        return ()
+    fix = f"fix: --budget {1 + len(kept)} measures every point the simulator kept"
+    return (f"{', '.join(left)} (kept by the simulator) — the budget of {s.budget.max_trials} trials ran out; {fix}",)
 
 
 def _nothing_message(proposals: Proposals) -> str:
@@ -387,9 +423,15 @@ def _conclude(
     proposals: Proposals,
     ranking: Ranking,
     untried: tuple[str, ...],
+    pruned: PruneReport | None = None,
 ) -> TuneResult:
-    """The result, with `tune.json` and (winner or tie) `recommendation.yaml` written."""
+    """The result, with `tune.json`, `points_predicted.jsonl` (pruning: every point, predicted beside measured)
+    and (winner or tie) `recommendation.yaml` written."""
     message = ranking.message + (f"; untried: {'; '.join(untried)}" if untried else "")
+    if pruned is not None:
+        message += f"; simulator: {pruned.message}; {pruned.trials_real} real trials of a {pruned.trials_full_grid}-"
+        message += f"point grid (saved {pruned.trials_saved})"
+        pruned.table.to_json(s.out / "points_predicted.jsonl", orient="records", lines=True, default_handler=str)
     path = None
     candidates: list[tuple[str, str]] = []
     if ranking.recommended is not None:
@@ -420,6 +462,7 @@ def _conclude(
         slo_bounds_ms=base.capacity.slo_bounds_ms if base is not None else {},
         measured=measured,
         located=located,
+        pruning=pruned,
     )
     (s.out / "tune.json").write_text(json.dumps(result.summary(), indent=2, default=str))
     return result

@@ -1,8 +1,9 @@
 """The HTML report of a search run (`flows.tune`): the final word first (the search's decision and, when the
 recommendation went through the chain, its verdicts), then the capacity frontier of every configuration tried
 with the baseline marked, the capacity table (the baseline and every point: capacity under the SLO, its bracket,
-the operating point at capacity), the duels and evidence, the baseline's measure and locate sections as the
-optimize report lays them out, what was proposed and why, and each point's rate/latency curve.
+the operating point at capacity), the duels and evidence, with pruning every point of the grid predicted beside
+measured (trials saved, the simulator's top pick vs the measured one), the baseline's measure and locate
+sections as the optimize report lays them out, what was proposed and why, and each point's rate/latency curve.
 
 `build_tune_report(run)` is pure, like `html.build_report`: the run directory's data in (`rundir.RunData`), one
 self-contained HTML string out. Deliberately not here: reading files, MLflow, and any number not in the run.
@@ -78,6 +79,37 @@ def _chain_table(chain: dict[str, Any] | None) -> str:
     return table_html(pd.DataFrame(rows), caption="the recommendation through ablation, validation, gate, verdict")
 
 
+PRUNE_COLUMNS = [
+    "point",
+    "label",
+    "kind",
+    "predicted_capacity_req_per_s",
+    "measured_capacity_req_per_s",
+    "predicted_per_user_tok_per_s",
+    "why",
+    "refusal",
+]
+
+
+def _pruning(summary: dict[str, Any], table: pd.DataFrame | None) -> str:
+    p = summary.get("pruning")
+    if not p:
+        return ""
+    head = (
+        f"{p.get('trials_real')} real trials of a {p.get('trials_full_grid')}-point grid (saved "
+        f"{p.get('trials_saved')}); the simulator's top pick {p.get('sim_top')} vs the measured top pick "
+        f"{p.get('measured_top')}: {'the same' if p.get('sim_top_is_measured_top') else 'not the same or unknown'}"
+        + ("" if p.get("measured_top_predicted") is not False else " (the measured top is a point it cannot predict)")
+    )
+    cols = [c for c in PRUNE_COLUMNS if table is not None and c in table]
+    caption = "every point of the grid: kind=predicted is the simulator's prediction only, never measured"
+    return (
+        '<h2 id="pruning">Pruned by the simulator</h2>'
+        f"<p>{esc(head)}</p><p>{esc(str(p.get('message', '')))}</p>"
+        + table_html(table, columns=cols or None, caption=caption, source="points_predicted.parquet")
+    )
+
+
 def _lines(title: str, lines: list[str]) -> str:
     if not lines:
         return ""
@@ -115,6 +147,7 @@ def build_tune_report(run: RunData, title: str | None = None) -> str:
         _capacity_table(points),
         _lines("Duels and evidence", [str(x) for x in summary.get("evidence", [])]),
         _lines("Left untried by the budget", [str(x) for x in summary.get("untried", [])]),
+        _pruning(summary, top.tables.get("points_predicted") if top else None),
         _step_section("measure", run.step("measure"), run),
         _step_section("locate", run.step("locate"), run),
         '<h2 id="propose">3 · Propose — levers for the located cause</h2>',

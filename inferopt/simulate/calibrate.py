@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -327,3 +327,30 @@ def calibrate_search(
     except ValueError as exc:
         return SearchCalibration(None, f"simulator not fitted: {exc}")
     return SearchCalibration(cal, cal.message)
+
+
+def calibrate_baseline(
+    label: str,
+    system: AnySystem,
+    result: CapacityResult,
+    workload: WorkloadConfig,
+    slo: SLOConfig,
+    budget: CapacityBudget,
+    fitter: Callable[[Sequence[RequestRecord], AnySystem], CostModel],
+    bound: float = DEFAULT_BOUND,
+) -> SearchCalibration:
+    """Before any other point is measured: fit on every other probe of the baseline's capacity search (by rate:
+    the lowest, the third, ...), hold back the rest (other rates) and the baseline's capacity; when usable, the
+    model returned is refitted on all of them (more data than the judged fit: its error is no larger, not less
+    known). Other knob values are not judged here (none measured yet): `calibrate_search` does that afterwards."""
+    probes = sorted(measured_probes(label, system, result), key=lambda m: m.probe.offered_req_per_s)
+    if len(probes) < 2:
+        return SearchCalibration(None, f"the baseline ran {len(probes)} probe(s): none to hold back, nothing judged")
+    fit_on, held = probes[0::2], probes[1::2]
+    try:
+        cal = calibrate(fit_on, held, fitter, workload, slo, budget, capacities={label: (system, result)}, bound=bound)
+        full = fitter([r for mp in probes for r in mp.records()], system)
+    except ValueError as exc:
+        return SearchCalibration(None, f"simulator not fitted: {exc}")
+    note = " (held back: the baseline's own probes at other rates)"
+    return SearchCalibration(replace(cal, cost=full), cal.message + note)

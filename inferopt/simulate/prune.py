@@ -2,11 +2,15 @@
 
 `prune` takes the candidate systems (the baseline first), a `predict(system) -> CapacityResult` (the calibrated
 simulator's capacity search, `calibrate.simulated_capacity`) and that simulator's `Calibration`. With a usable
-calibration it keeps for real measurement: the baseline, the `top_k` by predicted capacity, every point whose
-predicted capacity is within twice the simulator's capacity error of the best (the simulator cannot order those),
-and the Pareto frontier of predicted capacity vs per-user speed (1000 / TPOT p50 at capacity). An unusable
-calibration prunes nothing and says so. Deliberately not here: measuring, or the search's decision rule
-(`inferopt.choose.search` measures what `prune` keeps and decides on measurements only).
+calibration it keeps for real measurement: the baseline and the points named in `always` (control arms), the
+`top_k` points by predicted capacity, every point that could still be the best (`tie_share`: each prediction
+off by the capacity error, bracketed no finer than `resolution`), every point it refuses to predict (another
+engine, dtype, model) and, with `frontier`, the Pareto frontier of predicted capacity vs per-user speed (1000 /
+TPOT p50 at capacity; differences within the simulator's error, or under 1 % in speed, are ties; a point no better
+than the baseline on either is not measured for it: it would measure the baseline again). Every point is
+predicted whenever a calibration exists, usable or not, so every point is reported; an unusable calibration prunes
+nothing and says so. Deliberately not here: measuring, or the search's decision rule (`inferopt.choose.pruning`
+wires this into the search, which measures what `prune` keeps and decides on measurements only).
 """
 
 from __future__ import annotations
@@ -20,12 +24,16 @@ import pandas as pd
 
 from inferopt.config import AnySystem
 from inferopt.simulate.calibrate import Calibration
+from inferopt.simulate.costs import WrongSystem
 from inferopt.validate.capacity import CapacityResult
+
+SPEED_RESOLUTION = 0.01  # per-user speeds predicted within 1 % of each other are not told apart
 
 
 @dataclass(frozen=True)
 class PruneDecision:
-    """`measure`: indices into the space to measure for real (sorted); `predicted`: one row per point."""
+    """`measure`: indices into the space to measure for real (sorted); `predicted`: one row per point (its
+    predicted capacity, whether it is kept and why); `usable`: whether the simulator pruned anything."""
 
     measure: tuple[int, ...]
     predicted: pd.DataFrame
@@ -43,13 +51,68 @@ def _speed(result: CapacityResult) -> float:
     return 1000.0 / tpot if math.isfinite(tpot) and tpot > 0 else 0.0
 
 
-def pareto_max(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """True where no other point is at least as good on both and better on one (both maximised)."""
+def pareto_max(x: np.ndarray, y: np.ndarray, eps_x: float = 0.0, eps_y: float = 0.0) -> np.ndarray:
+    """True where no other point is at least as good on both and better on one (both maximised, non-negative);
+    with `eps_*`, relative differences within them count as ties (the simulator cannot resolve them)."""
     keep = np.ones(len(x), bool)
     for i in range(len(x)):
-        dominated = (x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i]))
-        keep[i] = not dominated.any()
+        at_least = (x >= x[i] * (1.0 - eps_x)) & (y >= y[i] * (1.0 - eps_y))
+        better = (x > x[i] * (1.0 + eps_x)) | (y > y[i] * (1.0 + eps_y))
+        keep[i] = not (at_least & better).any()
     return keep
+
+
+def tie_share(rel_err: float, resolution: float) -> float:
+    """How far below the best a predicted capacity may sit and still be the best: each prediction off by up to
+    `rel_err` (relative), and each the low end of a bracket `resolution` wide (the capacity search's rel_tol):
+    1 - (1 - e) / ((1 + e)(1 + r))."""
+    return 1.0 - (1.0 - rel_err) / ((1.0 + rel_err) * (1.0 + resolution))
+
+
+def predict_all(
+    space: Sequence[AnySystem], predict: Callable[[AnySystem], CapacityResult]
+) -> tuple[list[CapacityResult | None], list[str]]:
+    """Each point's predicted capacity, or None with the simulator's refusal (`WrongSystem`) as the reason."""
+    results: list[CapacityResult | None] = []
+    refusals = []
+    for system in space:
+        try:
+            results.append(predict(system))
+            refusals.append("")
+        except WrongSystem as exc:
+            results.append(None)
+            refusals.append(str(exc))
+    return results, refusals
+
+
+def _table(results: Sequence[CapacityResult | None], refusals: Sequence[str]) -> pd.DataFrame:
+    cap = [(r.req_per_s if math.isfinite(r.req_per_s) else 0.0) if r is not None else math.nan for r in results]
+    return pd.DataFrame(
+        {
+            "point": range(len(results)),
+            "predictable": [r is not None for r in results],
+            "predicted_capacity_req_per_s": cap,
+            "predicted_status": [r.status if r is not None else "refused" for r in results],
+            "predicted_per_user_tok_per_s": [_speed(r) if r is not None else math.nan for r in results],
+            "refusal": list(refusals),
+        }
+    )
+
+
+def _why(i: int, row: pd.Series, always: set[int]) -> str:
+    if i in always:
+        return "baseline" if i == 0 else "declared control arm"
+    reasons = [
+        name
+        for name, flag in (
+            ("cannot predict", not row["predictable"]),
+            ("top by predicted capacity", row["top"]),
+            ("within the simulator's error of the best", row["near_best"]),
+            ("on the predicted frontier", row["frontier"]),
+        )
+        if flag
+    ]
+    return "; ".join(reasons) if reasons else "pruned: predicted below the best beyond the simulator's error"
 
 
 def prune(
@@ -58,33 +121,44 @@ def prune(
     calibration: Calibration | None,
     *,
     top_k: int = 2,
+    frontier: bool = True,
+    always: Sequence[int] = (),
+    resolution: float = 0.0,
 ) -> PruneDecision:
     """Which points of `space` to measure (see the module docstring)."""
     everything = tuple(range(len(space)))
-    if calibration is None or not calibration.usable:
-        why = calibration.message if calibration is not None else "no calibration"
-        return PruneDecision(everything, pd.DataFrame({"point": everything}), False, f"nothing pruned: {why}")
-    results = [predict(s) for s in space]
-    cap = np.array([r.req_per_s if math.isfinite(r.req_per_s) else 0.0 for r in results])
-    speed = np.array([_speed(r) for r in results])
+    if calibration is None:
+        return PruneDecision(everything, pd.DataFrame({"point": everything}), False, "nothing pruned: no calibration")
+    table = _table(*predict_all(space, predict))
+    ok = table["predictable"].to_numpy(bool)
+    cap = table["predicted_capacity_req_per_s"].fillna(0.0).to_numpy(float)
+    speed = table["predicted_per_user_tok_per_s"].fillna(0.0).to_numpy(float)
+    keep_always = {0, *always}
+    rivals = [i for i in everything if ok[i] and i not in keep_always]  # the points the simulator may rank
     err = calibration.capacity_rel_err if math.isfinite(calibration.capacity_rel_err) else calibration.bound
-    near = cap >= cap.max() * (1.0 - 2.0 * err) if len(cap) else np.array([], bool)
-    top = set(np.argsort(-cap, kind="stable")[:top_k].tolist())
-    front = pareto_max(cap, speed)
-    keep = sorted({0, *top, *np.flatnonzero(near).tolist(), *np.flatnonzero(front).tolist()})
-    table = pd.DataFrame(
-        {
-            "point": everything,
-            "predicted_capacity_req_per_s": cap,
-            "predicted_per_user_tok_per_s": speed,
-            "top": [i in top for i in everything],
-            "near_best": near,
-            "frontier": front,
-            "measure": [i in keep for i in everything],
-        }
-    )
+    err = tie_share(err, resolution)
+    tpot_err = calibration.median_rel_err.get("tpot_ms_p50", math.nan)
+    speed_err = max(tpot_err if math.isfinite(tpot_err) else calibration.bound, SPEED_RESOLUTION)
+    best = max((cap[i] for i in rivals), default=0.0)
+    top = set(sorted(rivals, key=lambda i: (-cap[i], i))[:top_k])
+    table["top"] = [i in top for i in everything]
+    table["near_best"] = [i in rivals and best > 0 and cap[i] >= best * (1.0 - err) for i in everything]
+    front = np.zeros(len(ok), bool)
+    if frontier:
+        front = pareto_max(np.where(ok, cap, 0.0), np.where(ok, speed, 0.0), err, speed_err) & ok
+        twin = (cap <= cap[0] * (1.0 + err)) & (speed <= speed[0] * (1.0 + speed_err))  # the baseline's, within error
+        front &= ~twin | (np.arange(len(ok)) == 0)
+    table["frontier"] = front
+    if not calibration.usable:
+        table["measure"], table["why"] = True, "nothing pruned: the simulator's calibration is unusable"
+        return PruneDecision(everything, table, False, f"nothing pruned: {calibration.message}")
+    keep = [i for i in everything if i in keep_always or not ok[i] or top & {i} or table["near_best"][i] or front[i]]
+    table["measure"] = [i in keep for i in everything]
+    table["why"] = [_why(i, table.iloc[i], keep_always) for i in everything]
     msg = (
-        f"measure {len(keep)} of {len(space)} points (baseline, top {top_k}, those within {2 * err:.0%} of the best "
-        f"predicted capacity, the predicted frontier); {len(space) - len(keep)} pruned by the simulator"
+        f"measure {len(keep)} of {len(space)} points (the baseline, top {top_k}, those within {err:.0%} of the "
+        f"best predicted capacity, those the simulator cannot predict"
+        + (", the predicted frontier" if frontier else "")
+        + f"); {len(space) - len(keep)} pruned by the simulator"
     )
     return PruneDecision(tuple(keep), table, True, msg)

@@ -149,3 +149,14 @@ def test_the_deployment_is_optimize_system_with_loadable_defaults() -> None:
     params = {k: str(ROOT / v) for k, v in dep["parameters"].items()}
     configs, budget, spaces = load_inputs(**params, hardware=str(ROOT / DEFAULT_HARDWARE))
     assert configs[0].engine == "hf" and budget.max_trials == 12 and spaces is None
+
+
+def test_pruning_is_a_setting_of_the_search_off_by_default(in_repo, tmp_path, capsys) -> None:
+    from flows.tune import load_inputs, main
+
+    paths = write_inputs(tmp_path / "in")
+    assert load_inputs(**paths, prune=True)[1].prune and not load_inputs(**paths)[1].prune
+    rest = ["--workload", paths["workload"], "--slo", paths["slo"], "--hardware", paths["hardware"]]
+    for flag in ("--prune", "--no-prune"):  # both spellings parse; the bad budget is what refuses
+        assert main([paths["system"], *rest, flag, "--budget", "1"]) == 2
+        assert "max_trials=1" in capsys.readouterr().err

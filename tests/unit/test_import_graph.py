@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ablate", "validate"),  # steps 4 and 5
     ("simulate",),  # the fitted cost model, the scheduler simulation, its calibration against capacity probes
     ("choose.ranking",),  # the search's points, their ranking by capacity (validate's results) and decision
-    ("choose.duels", "choose.sampler"),  # head-to-head probes (validate's capacity); which points to try
+    ("choose.duels", "choose.sampler", "choose.pruning"),  # head-to-head probes; which points to try; pruning
     ("choose.search",),  # the search: composes measure, locate, choose's proposals and validate's capacity
     ("gate",),  # step 6
     ("verdict",),  # decide, the cheat lint, evidence

@@ -62,6 +62,22 @@ def test_the_search_report_shows_the_frontier_every_point_and_the_chain():
     assert "no configuration was tried" in empty and "No point went through the chain" in empty
 
 
+def test_the_search_report_shows_the_pruned_grid_predicted_beside_measured():
+    grid = pd.DataFrame(
+        [
+            {"point": 0, "label": "baseline", "kind": "measured", "predicted_capacity_req_per_s": 100.0},
+            {"point": 1, "label": "batching.max_queue=4", "kind": "predicted", "predicted_capacity_req_per_s": 90.0},
+        ]
+    )
+    summary = {"decision": "winner", "message": "m"}
+    summary["pruning"] = {"trials_real": 1, "trials_full_grid": 2, "trials_saved": 1, "sim_top": "batching.max_queue=4"}
+    summary["pruning"] |= {"measured_top": None, "sim_top_is_measured_top": None, "message": "measure 1 of 2 points"}
+    html = build_tune_report(RunData("p", docs={"tune": summary}, top=StepData("p", tables={"points_predicted": grid})))
+    assert "Pruned by the simulator" in html and "1 real trials of a 2-point grid (saved 1)" in html
+    assert "kind=predicted is the simulator" in html and ">predicted<" in html and "measure 1 of 2 points" in html
+    assert "Pruned by the simulator" not in build_tune_report(RunData("q", docs={"tune": {"decision": "winner"}}))
+
+
 def test_the_search_inputs_are_checked_as_a_candidate_and_overrides_name_their_file():
     cfg = check_tune(PATHS, {"workload.num_requests": 8, "slo.ttft_p99_ms": 300})
     assert cfg.workload.num_requests == 8 and cfg.slo.ttft_p99_ms == 300 and cfg.baseline.engine == "fake"

@@ -57,6 +57,21 @@ def test_the_benchmark_has_the_issues_keys_and_one_row_per_case():
     assert not BENCH.same_recommendation(("no_change_helps", None), ("tie", "batch=8"))
 
 
+def test_the_pruning_figures_per_case_and_over_all():
+    rows = [
+        {"case": "a", "trials_full": 12, "trials_pruned": 4, "same_pick": True, "pruned_share": 0.333},
+        {"case": "b", "trials_full": 4, "trials_pruned": 4, "same_pick": True, "pruned_share": 1.0},
+        {"case": "c"},  # run with --no-prune-compare: not counted
+    ]
+    for x in rows[:2]:
+        x["prune_accepted"] = x["same_pick"] and x["trials_pruned"] <= BENCH.PRUNED_SHARE * x["trials_full"]
+    out = BENCH.prune_summary(rows)
+    assert out["trials_pruned"] == {"a": 4, "b": 4, "all": 8} and out["trials_full"] == {"a": 12, "b": 4, "all": 16}
+    assert out["same_pick"] == {"a": True, "b": True, "all": True} and out["pruned_share"]["all"] == 0.5
+    assert out["prune_accepted"] == {"a": True, "b": False, "all": False}
+    assert BENCH.prune_summary([{"case": "c"}]) == {}
+
+
 @pytest.mark.slow  # ~40 s: the fake queue-bound case through the whole search (7 capacity searches, 2 duels)
 def test_the_fake_queue_bound_case_gets_a_larger_batch(tmp_path):
     case = BENCH.load_case(ROOT / "configs/tune_planted/queue-bound.yaml")
