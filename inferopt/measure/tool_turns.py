@@ -81,5 +81,5 @@ def tool_turns_for(system: Any) -> ToolTurns:
     models = [caps.model] if caps.model is not None else [p.capabilities.model for p in caps.pools]
     if not models or any(m is None for m in models) or len({m.path for m in models}) != 1:
         return ToolTurns(None, f"no local model whose tokenizer reads the {caps.engine} engine's output ids")
-    codec, why = codec_for(resolve_model_dir(models[0]))
+    codec, why = codec_for(resolve_model_dir(models[0]), models[0].tokenizer)
     return ToolTurns(codec, why)

@@ -43,11 +43,14 @@ def _eos_of(model_dir: Path) -> int | None:
     return None
 
 
-def codec_for(model_dir: str | Path) -> tuple[TextCodec | None, str]:
-    """(the model's codec, "") or (None, why not: no tokenizer.json)."""
-    path = Path(model_dir) / "tokenizer.json"
+def codec_for(model_dir: str | Path, tokenizer_dir: str | Path | None = None) -> tuple[TextCodec | None, str]:
+    """(the model's codec, "") or (None, why not: no tokenizer.json). `tokenizer_dir`: the model spec's own
+    tokenizer when it names one (EOS is still the model's)."""
+    tok_dir = Path(tokenizer_dir or model_dir)
+    path = tok_dir / "tokenizer.json"
     if not path.is_file():
-        return None, f"no tokenizer.json in {model_dir}: the answer cannot be read as text"
+        return None, f"no tokenizer.json in {tok_dir}: the answer cannot be read as text"
     from tokenizers import Tokenizer  # lazy: only runs that ask a model in words need a tokenizer
 
-    return TextCodec(Tokenizer.from_file(str(path)), _eos_of(Path(model_dir))), ""
+    eos = _eos_of(Path(model_dir))
+    return TextCodec(Tokenizer.from_file(str(path)), eos if eos is not None else _eos_of(tok_dir)), ""

@@ -225,3 +225,18 @@ def test_records_keep_the_tool_fields() -> None:
     rec = RequestRecord("r", "ok", tool_ask_id="x", tool_args_ok=False, tool_answer="{}", tool_args_source="model")
     back = RequestRecord.from_dict(json.loads(rec.to_json()))
     assert (back.tool_args_ok, back.tool_answer, back.tool_args_source) == (False, "{}", "model")
+
+
+def test_vllm_and_endpoints_ask_by_their_model(tmp_path: Path) -> None:
+    from inferopt.config import OpenAISystem, VLLMSystem
+
+    assert tool_turns_for(VLLMSystem(model=QUALITY)).codec is not None  # vLLM returns real ids (return_token_ids)
+    endpoint = tool_turns_for(OpenAISystem(base_url="http://127.0.0.1:9", served_model="m", vocab_size=288))
+    assert endpoint.codec is None and "no local model" in endpoint.reason
+    assert codec_for(tmp_path)[0] is None and "no tokenizer.json" in codec_for(tmp_path)[1]
+    ask, turns = tool_ask("e-s0000-t000"), ToolTurns(_codec(), "")
+    placeholders = RequestRecord("e-s0000-t000", "ok", output_token_ids=[-1] * 8)  # an endpoint's counted tokens
+    assert turns.score(placeholders, ask) == ask.args and placeholders.tool_args_ok is None
+    assert "placeholders" in placeholders.tool_note and placeholders.tool_args_source == "expected"
+    failed = RequestRecord("e-s0000-t000", "timeout")
+    assert turns.score(failed, ask) == ask.args and failed.tool_note.endswith("timeout")
