@@ -35,6 +35,7 @@ from inferopt.gate.suite_gate import SuiteGate
 from inferopt.gate.tasks.utils import process_gen
 from inferopt.measure.agentic import run_sessions
 from inferopt.measure.history import SQLiteHistory
+from inferopt.measure.phases import phase_table
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import run_system
 from inferopt.measure.tool_turns import ToolTurns, tool_turns_for
@@ -159,6 +160,7 @@ def test_fake_engine_tool_turns_are_not_applicable_never_a_pass(tmp_path: Path) 
     assert len(asked) == len(table)  # every turn plans tool steps (probability 1)
     assert all(r.tool_args_ok is None and r.tool_args_source == "expected" for r in asked)
     assert all(r.tool_note.startswith("not applicable") and r.tool_answer is None for r in asked)
+    assert run.phases["tool_args_ok"].isna().all()
     st = session_tool_gate(run.records, run.records, GATE)
     assert st.status == "not_applicable" and "scripted" in st.reasons[0]
     assert overall_status(st.table) == "inconclusive"  # a lone not-applicable row is no pass
@@ -190,6 +192,8 @@ def test_answers_are_parsed_scored_and_call_the_tool(tmp_path: Path) -> None:
     expected = {json.dumps(tool_ask(rid).args) for rid in by}
     assert {json.dumps(a) for a in called} <= wrong | expected
     assert any(json.dumps(a) in wrong for a in called) and any(json.dumps(a) in expected for a in called)
+    ph = phase_table(cand)
+    assert ph["tool_args_ok"].eq(0.0).sum() == len(by) and phase_table(base)["tool_args_ok"].eq(1.0).all()
     st = session_tool_gate(base, cand, GATE)
     top = st.table.set_index(["slice", "metric"]).loc[("sessions:task=tool", "args_exact")]
     assert (top["base_mean"], top["cand_mean"], top["n"]) == (1.0, 0.0, len(table))
