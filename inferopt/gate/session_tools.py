@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from inferopt.config import GateSettings
-from inferopt.gate.sliced import compare, overall_status
+from inferopt.gate.sliced import accuracy_by_slice, compare, overall_status
 from inferopt.gate.suite_gate import SuiteGate
 from inferopt.records import RequestRecord
 
@@ -133,4 +133,7 @@ def fold_session_tools(suite: SuiteGate, st: SessionTools) -> SuiteGate:
             status = "fail"
     samples = suite.samples | {f"sessions_{arm}": s for arm, s in st.samples.items()}
     table = pd.concat([suite.table, st.table], ignore_index=True) if len(suite.table) else st.table
-    return replace(suite, status=status, reasons=[*suite.reasons, *st.reasons], table=table, samples=samples)
+    acc = [accuracy_by_slice(s).assign(arm=arm) for arm, s in st.samples.items()]  # context "session"
+    accuracy = pd.concat([suite.accuracy, *acc], ignore_index=True) if acc else suite.accuracy
+    reasons = [*suite.reasons, *st.reasons]
+    return replace(suite, status=status, reasons=reasons, table=table, samples=samples, accuracy=accuracy)

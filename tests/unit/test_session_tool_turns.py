@@ -201,6 +201,9 @@ def test_answers_are_parsed_scored_and_call_the_tool(tmp_path: Path) -> None:
     assert {"sessions:task=tool,lang=en", "sessions:task=tool,lang=zh"} <= set(st.table["slice"])
     folded = fold_session_tools(SuiteGate("pass", ["suite"]), st)
     assert folded.status == "fail" and "sessions_candidate" in folded.samples
+    acc = folded.accuracy.set_index(["arm", "lang"])
+    assert set(acc["context"]) == {"session"} and acc["n"].sum() == 2 * len(table)
+    assert acc.xs("baseline")["accuracy"].eq(1.0).all() and acc.xs("candidate")["accuracy"].eq(0.0).all()
     assert session_tool_gate(base, base, GATE).status == "pass"
 
 
