@@ -29,7 +29,7 @@ from inferopt.config import (
 )
 from inferopt.engines.base import TokenEvent
 from inferopt.engines.fake import FakeEngine
-from inferopt.gate.session_tools import fold_session_tools, session_tool_gate
+from inferopt.gate.session_tools import fold_session_tools, session_tool_gate, turn_samples
 from inferopt.gate.sliced import overall_status
 from inferopt.gate.suite_gate import SuiteGate
 from inferopt.gate.tasks.utils import process_gen
@@ -247,3 +247,14 @@ def test_vllm_and_endpoints_ask_by_their_model(tmp_path: Path) -> None:
     assert "placeholders" in placeholders.tool_note and placeholders.tool_args_source == "expected"
     failed = RequestRecord("e-s0000-t000", "timeout")
     assert turns.score(failed, ask) == ask.args and failed.tool_note.endswith("timeout")
+
+
+def test_an_asks_value_is_the_mean_over_trials() -> None:
+    def rec(trial: int, ok: bool) -> RequestRecord:
+        return RequestRecord(
+            "s-t000", "ok", trial=trial, tool_ask_id="a", tool_lang="zh", tool_expected="{}", tool_answer="{}",
+            tool_json_valid=True, tool_args_ok=ok, tool_numbers_ok=ok,
+        )  # fmt: skip
+
+    samples = turn_samples([rec(0, True), rec(1, False)]).set_index("metric")
+    assert len(samples) == 4 and samples.loc["args_exact", "value"] == 0.5 and samples.loc["exact", "value"] == 1.0
