@@ -5,13 +5,15 @@ quality suite's format) on `configs/systems/hf-quality-tiny.yaml` (the hf engine
 as the baseline and the same system with `--candidate-dtype` (default bfloat16) as the candidate, each through
 `run_system` (the real tool service on 127.0.0.1, a SQLite history), then compares their answers with the gate's
 own `session_tool_gate` (paired by ask, bootstrap CI, margin, mde). Figures: per arm the asked and scored turns,
-args_exact / json_valid means, the share of tool calls made with the model's own arguments; the
-`sessions:task=tool` args_exact row (n, diff, CI, status) and the slices' overall status.
+args_exact / json_valid means (all, first turns, later turns: the ask after a longer history), the share of tool
+calls made with the model's own arguments; the `sessions:task=tool` args_exact row (n, diff, CI, status) and the
+slices' overall status.
 
 Usage (about a minute per arm; under the bench lock): flock /tmp/inferopt-bench.lock nice -n 5 .venv/bin/python
 benchmarks/session_tool_args.py [--workload PATH] [--system PATH] [--candidate-dtype D] [--num-sessions N]. The
 last line is one JSON object: {"tool_turns", "baseline_args_exact", "candidate_args_exact", "diff", "ci_lo",
-"ci_hi", "status", "slices_status", "model_args_share_baseline", "not_applicable"}.
+"ci_hi", "status", "slices_status", "model_args_share_baseline", "baseline_args_exact_first_turn",
+"baseline_args_exact_later_turns", "not_applicable"}.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ from inferopt.measure.session import run_system  # noqa: E402
 from inferopt.workload import build_workload  # noqa: E402
 
 
+def _mean(values: list) -> float | None:  # noqa: ANN001 - booleans
+    return float(np.mean(values)) if values else None
+
+
 def _arm_line(arm: str, recs: list) -> dict:  # noqa: ANN001 - request records
     asked = [r for r in recs if r.tool_ask_id]
     scored = [r for r in asked if r.tool_args_ok is not None]
@@ -44,6 +50,8 @@ def _arm_line(arm: str, recs: list) -> dict:  # noqa: ANN001 - request records
         "args_exact": float(np.mean([r.tool_args_ok for r in scored])) if scored else None,
         "json_valid": float(np.mean([r.tool_json_valid for r in scored])) if scored else None,
         "model_args_share": float(np.mean([r.tool_args_source == "model" for r in asked])) if asked else None,
+        "args_exact_first_turn": _mean([r.tool_args_ok for r in scored if r.turn == 0]),
+        "args_exact_later_turns": _mean([r.tool_args_ok for r in scored if r.turn > 0]),
         "failed_turns": sum(r.outcome != "ok" for r in recs),
     }
     print(f"{arm}: {out}")
@@ -95,6 +103,8 @@ def main() -> None:
         "status": top.get("status"),
         "slices_status": st.status,
         "model_args_share_baseline": lines["baseline"]["model_args_share"],
+        "baseline_args_exact_first_turn": lines["baseline"]["args_exact_first_turn"],
+        "baseline_args_exact_later_turns": lines["baseline"]["args_exact_later_turns"],
         "not_applicable": sum(c["not_applicable"] for c in st.counts.values()),
     }
     clean = {k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in figures.items()}
