@@ -85,6 +85,17 @@ class RequestRecord:
     session_id: str = ""
     turn: int = -1
     session_turns: int = 0
+    # a session turn that leads to a tool call: the model is asked for the call in the quality suite's format
+    # (`inferopt.measure.tool_turns`); "" / None when the turn asked for none or the answer cannot be read as text
+    tool_ask_id: str = ""  # the ask (a suite-format tool prompt), "" when the turn asked for no call
+    tool_lang: str = ""
+    tool_expected: str = ""  # the expected call (JSON text)
+    tool_answer: str | None = None  # the model's answer as text, up to EOS (None: no text to read)
+    tool_json_valid: bool | None = None  # None: not applicable (see `tool_note`)
+    tool_args_ok: bool | None = None  # its arguments equal the expected ones
+    tool_numbers_ok: bool | None = None  # order id and amount exactly
+    tool_args_source: str = ""  # what the tool service was called with: "model" (parsed, valid) | "expected"
+    tool_note: str = ""  # why the answer was not scored (not applicable), else ""
     output_len: int = 0
     # server side
     arrival_s: float | None = None

@@ -234,8 +234,9 @@ def calibration(
 
 def overall_status(table: pd.DataFrame) -> str:
     """fail if any slice fails, else inconclusive if any is, else pass — over the informative slices (none
-    informative: inconclusive). The uninformative ones are listed by the gate's reasons, not counted."""
-    table = table[table["status"] != "uninformative"] if "status" in table else table
+    informative: inconclusive). The uninformative and not applicable ones are listed by the gate's reasons, not
+    counted."""
+    table = table[~table["status"].isin(["uninformative", "not_applicable"])] if "status" in table else table
     if table.empty:
         return "inconclusive"
     if (table["status"] == "fail").any():

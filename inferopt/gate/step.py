@@ -1,6 +1,7 @@
 """Step 6's entry, `gate`: the whole quality-and-cost composition as one call that returns one `GateResult`.
 
-Served-output agreement (the ablation's baseline and candidate records), next-token drift, the sliced suite,
+Served-output agreement (the ablation's baseline and candidate records), next-token drift, the sliced suite (with
+the sessions' tool-call turns of those records as its own slices, `session_tools.py`),
 their combination into one quality status (`judge.combine_quality`), and cost per successful task from the
 ablation's trials with the suite's task success rates (`judge.cost_table`, `judge.judge_cost`). The suite and
 the drift check are parameters (with the real ones as defaults), so a test injects fakes instead of patching.
@@ -23,6 +24,7 @@ from inferopt.choose.remedies import Choice
 from inferopt.config import AnySystem, CandidateConfig, GateSettings
 from inferopt.gate.drift import next_token_drift, served_agreement
 from inferopt.gate.judge import CostStatus, QualityStatus, combine_quality, cost_table, judge_cost, judge_quality
+from inferopt.gate.session_tools import fold_session_tools, session_tool_gate
 from inferopt.gate.suite_gate import SuiteGate, sliced_gate
 from inferopt.locate.hardware import HardwareProfile
 from inferopt.locate.step import LocateResult
@@ -100,6 +102,8 @@ def gate(
     drift = _next_token(drift_fn, candidate)
     d_status, d_reasons = judge_quality(drift, served, candidate.gate, required)
     suite = suite_fn(candidate.baseline, candidate.candidate_system, candidate.gate)
+    tool_turns = session_tool_gate(ablation.records(BASELINE), ablation.records(CANDIDATE), candidate.gate)
+    suite = fold_session_tools(suite, tool_turns)
     q_status, q_reasons = combine_quality(suite.status, suite.reasons, d_status, d_reasons, required)
     costs, c_status, c_reasons = _cost(candidate, ablation, located.hardware, suite.task_success_rate)
     return GateResult(

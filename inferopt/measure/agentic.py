@@ -6,11 +6,12 @@ counts from that due time (`intended_s`). At the due time the runner reads the s
 answer is in makes the turn's tool calls to the local tool service (each timed around the real call; their sum is
 `external_s`, T_external); the turn completes (`client_done_s`) when the last call returned. Then the turn's
 messages (the new message, the model's actual output, the tools' results) are written to the store, so turn k+1's
-prompt starts with turn k's whole prompt: a growing shared prefix. A turn that fails (or a failed tool call) ends
-its session; the turns not sent are counted by the session table (`sessions.py`) through `session_turns`.
-
-Warm-up prompts are the first sessions' opening messages drawn with another seed: they warm the engine, never its
-prefix cache for the measured prompts. Deliberately not here: starting the tool service or the store (`session.py`).
+prompt starts with turn k's whole prompt: a growing shared prefix. A turn with tool steps asks the model for the
+call in the suite's format where the answer reads as text (`tool_turns.py`: scored into the record; the tools get
+the model's arguments when valid). A failed turn (or tool call) ends its session; the turns not sent are counted
+by the session table (`sessions.py`) through `session_turns`. Warm-up prompts are the first sessions' opening
+messages drawn with another seed: they warm the engine, never its prefix cache for the measured prompts.
+Deliberately not here: starting the tool service or the store (`session.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pandas as pd
 
 from inferopt.engines.base import Engine, GenRequest
 from inferopt.measure.runner import LoadResult, RunTags, send_one
+from inferopt.measure.tool_turns import NO_TOOL_TURNS, ToolTurns
 from inferopt.records import RecordSink, RequestRecord, now_s
 from inferopt.transport.toolservice import ToolCall
 from inferopt.workload.build import prompt_token_ids
@@ -33,7 +35,7 @@ WARMUP_SEED_OFFSET = 1_000_003  # warm-up prompts use prompt_seed + this: same l
 
 
 class ToolCaller(Protocol):
-    async def call(self, sleep_ms: float, tokens: int, seed: int) -> ToolCall: ...
+    async def call(self, sleep_ms: float, tokens: int, seed: int, args: dict[str, Any] | None = None) -> ToolCall: ...
 
 
 class HistoryStore(Protocol):
@@ -46,28 +48,34 @@ def _seed_of(text: str) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
 
 
-def _request(row: dict[str, Any], history: list[int], new_ids: list[int], group: int, force: bool) -> GenRequest:
+def _request(
+    row: dict[str, Any], history: list[int], new_ids: list[int], group: int, force: bool, floor: int | None = None
+) -> GenRequest:
+    """The turn's request; `floor` (a tool-call turn asked in words): at least that many tokens, stopping at EOS."""
     later = int(row["turn"]) > 0 and bool(history)
     return GenRequest(
         request_id=str(row["request_id"]),
         prompt_token_ids=history + new_ids,
-        max_new_tokens=int(row["output_len"]),
+        max_new_tokens=int(row["output_len"]) if floor is None else max(int(row["output_len"]), floor),
         tenant=str(row["tenant"]),
         priority=int(row["priority"]),
         prefix_group=group if later else int(row["prefix_group"]),
         prefix_len=len(history) if later else int(row["prefix_len"]),
-        force_length=force,
+        force_length=force and floor is None,
     )
 
 
-async def _tools(rec: RequestRecord, row: dict[str, Any], tools: ToolCaller) -> list[list[int]]:
-    """The turn's tool calls, each timed around the real call into `rec.external_s`; a failure fails the turn."""
+async def _tools(
+    rec: RequestRecord, row: dict[str, Any], tools: ToolCaller, args: dict[str, Any] | None
+) -> list[list[int]]:
+    """The turn's tool calls (each with `args`), each timed around the real call into `rec.external_s`; a failure
+    fails the turn."""
     results: list[list[int]] = []
     n_tokens = int(row.get("tool_result_tokens", 0) or 0)
     for j, sleep_ms in enumerate(tool_sleeps_ms(row)):
         t0 = now_s()
         try:
-            results.append((await tools.call(sleep_ms, n_tokens, _seed_of(f"{rec.request_id}/{j}"))).token_ids)
+            results.append((await tools.call(sleep_ms, n_tokens, _seed_of(f"{rec.request_id}/{j}"), args)).token_ids)
         except Exception as exc:  # noqa: BLE001 - a failed tool call is the turn's error record
             rec.outcome, rec.error = "error", f"tool call {j} failed: {type(exc).__name__}: {exc}"
             return results
@@ -89,17 +97,20 @@ async def run_turn(
     tools: ToolCaller,
     history: HistoryStore,
     force_lengths: bool = False,
+    tool_turns: ToolTurns = NO_TOOL_TURNS,
 ) -> RequestRecord:
     """One turn (see the module docstring); always returns its record."""
     sid = str(row["session_id"])
     past, read_s = history.load(sid)
-    new_ids = prompt_token_ids(row, vocab_size, seed=prompt_seed)
-    rec = await send_one(engine, _request(row, past, new_ids, group, force_lengths), due_s, timeout_s, tags)
+    ask = tool_turns.ask(row, planned=bool(tool_sleeps_ms(row)))
+    new_ids, floor = tool_turns.message(ask, prompt_token_ids(row, vocab_size, seed=prompt_seed))
+    rec = await send_one(engine, _request(row, past, new_ids, group, force_lengths, floor), due_s, timeout_s, tags)
     rec.history_s, rec.session_id, rec.turn = read_s, sid, int(row["turn"])
     rec.session_turns = int(row.get("session_turns", 0) or 0)
+    args = tool_turns.score(rec, ask) if ask is not None else None
     if rec.outcome != "ok":
         return rec
-    results = await _tools(rec, row, tools)
+    results = await _tools(rec, row, tools, args)
     rec.client_done_s = now_s()
     history.append(
         sid, rec.turn, [("user", new_ids), ("assistant", list(rec.output_token_ids))] + [("tool", r) for r in results]
@@ -141,12 +152,13 @@ async def run_sessions(
     warmup_requests: int = 0,
     lead_s: float = 0.05,
     force_lengths: bool = False,
+    tool_turns: ToolTurns = NO_TOOL_TURNS,
 ) -> LoadResult:
     """Replay a session table (`inferopt.workload.sessions`) against a started engine; records as the open-loop
     runner's, plus each turn's session fields, history read and tool time."""
     plans = session_plans(table)
     kw = dict(vocab_size=vocab_size, timeout_s=timeout_s, tags=tags or RunTags(), prompt_seed=prompt_seed)
-    force = dict(force_lengths=force_lengths)
+    force: dict[str, Any] = dict(force_lengths=force_lengths, tool_turns=tool_turns)
     result = LoadResult(records=[], engine_info=engine.info())
     result.warmup_records = await _warmup(engine, plans, warmup_requests, kw)
     for rec in result.warmup_records:

@@ -84,6 +84,8 @@ def phase_table(records: Iterable[RequestRecord] | pd.DataFrame) -> pd.DataFrame
     ].copy()
     for col, missing in (("session_id", ""), ("turn", -1), ("session_turns", 0)):  # older records lack them
         out[col] = df[col] if col in df else missing
+    # a tool-call turn's answer: 1 / 0 when scored (`inferopt.measure.tool_turns`), NaN when not asked or not applicable
+    out["tool_args_ok"] = df["tool_args_ok"].map({True: 1.0, False: 0.0}) if "tool_args_ok" in df else np.nan
     history_ms = pd.to_numeric(df["history_s"]) * 1000.0 if "history_s" in df else pd.Series(0.0, index=df.index)
     out["history_ms"] = history_ms
     out["send_lag_ms"] = _ms(df["sent_s"], df["intended_s"]) - history_ms

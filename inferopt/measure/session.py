@@ -33,6 +33,7 @@ from inferopt.measure.join import aggregate_join, join_server_timings, rewrite_r
 from inferopt.measure.phases import phase_table
 from inferopt.measure.resources import ResourceSampler, load_window
 from inferopt.measure.runner import LoadResult, RunTags, run_open_loop
+from inferopt.measure.tool_turns import tool_turns_for
 from inferopt.model.loading import resolve_model_dir
 from inferopt.records import RecordSink, RecordWriteError, RequestRecord, clock_offset_s
 from inferopt.transport.toolservice import ToolClient, ToolService
@@ -201,6 +202,7 @@ async def _load_and_join(
     offset_before = clock_offset_s()
     mode = run_mode(table, system.capabilities)
     replay = _replay_sessions if has_sessions(table) else run_open_loop
+    extra = {"tool_turns": tool_turns_for(system)} if has_sessions(table) else {}
     result = await replay(
         engine,
         table,
@@ -211,6 +213,7 @@ async def _load_and_join(
         prompt_seed=prompt_seed,
         warmup_requests=warmup,
         force_lengths=mode == "forced",
+        **extra,
     )
     info = {**result.engine_info, **engine.info(), "output_lengths": mode}
     result.engine_info = {**info, "_clock_offset_s": offset_before}

@@ -1,10 +1,11 @@
 """A real local tool service for agentic sessions, and the client that times each call around the real round trip.
 
 `ToolService` is a tiny stdlib HTTP server on 127.0.0.1 (an OS-chosen port) run on its own thread: `GET /call`
-with `sleep_ms`, `tokens`, `seed` and `vocab` sleeps that long (the tool's work: the latency a workload samples
-from its configured distribution) and answers `{"token_ids": [...]}` — the tool's result, which joins the session's
-history. Each request is served on its own thread, so concurrent sessions' calls overlap as a real service's do.
-`stop()` (or leaving the `with` block) shuts it down and joins every thread it started: nothing outlives a run.
+with `sleep_ms`, `tokens`, `seed`, `vocab` and the call's `args` (a JSON object) sleeps that long (the tool's work:
+the latency a workload samples from its configured distribution) and answers `{"token_ids": [...], "args": ...}` —
+the tool's result (drawn from the seed and the arguments), which joins the session's history. Each request is
+served on its own thread, so concurrent sessions' calls overlap as a real service's do. `stop()` (or leaving the
+`with` block) shuts it down and joins every thread it started: nothing outlives a run.
 
 `ToolClient.call` measures the call on the client's clock from before the request is written to after the answer
 is read (connection, HTTP, the sleep, the reply) — the figure a run records as T_external, never the planned sleep.
@@ -39,12 +40,16 @@ class _Handler(BaseHTTPRequestHandler):
         q = {k: v[0] for k, v in parse_qs(url.query).items()}
         try:
             sleep_ms, n, seed, vocab = float(q["sleep_ms"]), int(q["tokens"]), int(q["seed"]), int(q["vocab"])
+            args = json.loads(q.get("args", "{}"))
+            if not isinstance(args, dict):
+                raise ValueError(f"args is a JSON {type(args).__name__}, not an object")
         except (KeyError, ValueError) as exc:
-            self._reply(400, {"error": f"bad query {url.query!r}: {exc}; need sleep_ms, tokens, seed, vocab"})
+            self._reply(400, {"error": f"bad query {url.query!r}: {exc}; need sleep_ms, tokens, seed, vocab[, args]"})
             return
         time.sleep(max(0.0, sleep_ms) / 1000.0)
-        rng = random.Random(seed)
-        self._reply(200, {"token_ids": [rng.randrange(3, max(4, vocab)) for _ in range(n)], "slept_ms": sleep_ms})
+        rng = random.Random(f"{seed}/{json.dumps(args, sort_keys=True)}")  # the result depends on the arguments
+        ids = [rng.randrange(3, max(4, vocab)) for _ in range(n)]
+        self._reply(200, {"token_ids": ids, "slept_ms": sleep_ms, "args": args})
 
     def _reply(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -114,13 +119,15 @@ class ToolClient:
         self.url, self.vocab_size = url, vocab_size
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
 
-    async def call(self, sleep_ms: float, tokens: int, seed: int) -> ToolCall:
-        """One tool call; raises on a failed call (the caller records it as the turn's error)."""
+    async def call(self, sleep_ms: float, tokens: int, seed: int, args: dict[str, Any] | None = None) -> ToolCall:
+        """One tool call with its arguments (a JSON object); raises on a failed call (the caller records it as the
+        turn's error)."""
         params = {
             "sleep_ms": f"{sleep_ms:.3f}",
             "tokens": str(tokens),
             "seed": str(seed),
             "vocab": str(self.vocab_size),
+            "args": json.dumps(args or {}, separators=(",", ":")),
         }
         t0 = now_s()
         async with self._session.get(f"{self.url}/call", params=params) as resp:

@@ -1,5 +1,6 @@
 """The gate's composition (`inferopt.gate.gate`) with the suite and the drift check injected as fakes: it passes,
-fails on quality, fails on cost, and goes on without a suite — no Prefect, no model, no patching."""
+fails on quality, fails on cost, goes on without a suite, and takes the sessions' tool-call turns as slices — no
+Prefect, no model, no patching."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from inferopt.gate import GateResult, gate
 from inferopt.gate.suite_gate import SuiteGate
 from inferopt.locate import Diagnosis, LocateResult
 from inferopt.locate.hardware import load_hardware
+from inferopt.measure.runner import RunTags
+from inferopt.measure.session import MeasuredRun
+from inferopt.records import RequestRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = load_config(ROOT / "configs/candidates/fake-batching.yaml", kind="candidate")
@@ -145,3 +149,29 @@ def test_no_trial_to_cost_is_skipped() -> None:
     empty = dataclasses.replace(_ablation(), trials=pd.DataFrame())
     res = _gate(FakeSuite("pass"), empty)
     assert (res.cost_status, res.cost_reasons, res.cost) == ("skipped", ("no successful trial to cost",), None)
+
+
+def _tool_turns(arm: str, ok: bool, n: int = 40) -> MeasuredRun:
+    """`n` session turns that asked for a tool call, all answered right (`ok`) or all with wrong arguments."""
+    recs = [
+        RequestRecord(
+            f"s{i}-t000", "ok", arm=arm, tool_ask_id=f"tool-en-short-{i}", tool_lang="en", tool_expected='{"a":1}',
+            tool_answer='{"a":1}' if ok else '{"a":2}', tool_json_valid=True, tool_args_ok=ok, tool_numbers_ok=ok,
+            tool_args_source="model",
+        )
+        for i in range(n)
+    ]  # fmt: skip
+    return MeasuredRun(tags=RunTags(arm=arm), records=recs)
+
+
+def test_sessions_tool_turns_are_slices_of_the_suite() -> None:
+    """The ablation's own served tool-call answers: a candidate that gets the arguments wrong fails the gate even
+    when the suite (on the proxy) passes; the slice and its reason are in the suite's table and reasons."""
+    runs = [_tool_turns("baseline", True), _tool_turns("candidate", False)]
+    res = _gate(FakeSuite("pass"), dataclasses.replace(_ablation(), runs=runs))
+    assert res.suite.status == "fail" and res.quality_status == "fail"
+    row = res.suite.table.set_index(["slice", "metric"]).loc[("sessions:task=tool", "args_exact")]
+    assert (row["n"], row["base_mean"], row["cand_mean"], row["status"]) == (40, 1.0, 0.0, "fail")
+    assert any(r.startswith("  sessions' tool-call turns") for r in res.quality_reasons)
+    same = [_tool_turns("baseline", True), _tool_turns("candidate", True)]
+    assert _gate(FakeSuite("pass"), dataclasses.replace(_ablation(), runs=same)).quality_status == "pass"

@@ -72,7 +72,7 @@ class _Recorder(FakeEngine):
 class _Tools:
     """A tool caller that sleeps as asked (no HTTP: the runner's own timing is what is tested)."""
 
-    async def call(self, sleep_ms: float, tokens: int, seed: int) -> ToolCall:
+    async def call(self, sleep_ms: float, tokens: int, seed: int, args: dict | None = None) -> ToolCall:
         t0 = time.perf_counter()
         await asyncio.sleep(sleep_ms / 1000.0)
         return ToolCall(token_ids=[7] * tokens, measured_s=time.perf_counter() - t0)

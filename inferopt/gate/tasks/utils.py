@@ -4,7 +4,7 @@
 `inferopt.model.quality.corpus`; on a GPU point `data_dir` at real task data with the same columns:
 id, prompt, answer, slice{task, lang, context, risk}, choices, gold). Paths are anchored here, not to the
 working directory. `process_gen` scores generate-until answers (exact match after stripping; for tool
-calls also JSON validity and argument exactness — the high-risk slice); multiple-choice log-likelihoods
+calls also JSON validity and argument exactness, `inferopt.model.quality.toolcall`); multiple-choice log-likelihoods
 are scored by lm-eval itself and calibrated by `inferopt.gate.sliced`.
 
 Deliberately not here: statistics across documents (slices, CIs) — lm-eval's own stderr is analytic and
@@ -17,6 +17,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from inferopt.model.quality.toolcall import score_tool_call
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,27 +40,12 @@ def load(task: str, data_dir: str | None = None, **_: Any):
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 
-def tool_args(text: str) -> dict[str, Any] | None:
-    """The parsed tool call, or None when the text is not a JSON object."""
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
 def process_gen(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
     got = (results[0] if results else "").strip()
     out = {"exact": float(got == doc["answer"].strip())}
-    if doc["slice"]["task"] == "tool":
-        want, have = tool_args(doc["answer"]), tool_args(got)
-        out["json_valid"] = float(have is not None)
-        out["args_exact"] = float(have is not None and want is not None and have == want)
-        # the high-risk numbers: order id and (for refunds) amount, exactly
-        out["numbers_exact"] = float(
-            have is not None
-            and want is not None
-            and have.get("order_id") == want.get("order_id")
-            and have.get("amount") == want.get("amount")
-        )
+    if doc["slice"]["task"] == "tool":  # the one definition the session runner scores with too
+        score = score_tool_call(got, doc["answer"])
+        out["json_valid"] = float(score.json_valid)
+        out["args_exact"] = float(score.args_ok)
+        out["numbers_exact"] = float(score.numbers_ok)  # the high-risk numbers: order id and (refunds) amount
     return out
