@@ -155,6 +155,12 @@ def kv_query(key: str, kv_format: str = "v2") -> str:
     return f" ? {key}" if kv_format == "v3" else f" ?{key}"
 
 
+def bare_distance(rng: random.Random, keys: list[str], values: list[str], kv_format: str) -> int:
+    """A distance that puts the queried pair at a uniformly random place among bare pairs (no filler)."""
+    pair_tokens = len(f" {keys[0]}{values[0]}".encode())  # every pair is as long (one-character keys)
+    return rng.randrange(len(keys)) * pair_tokens + len(kv_query(keys[0], kv_format).encode()) + len(values[0])
+
+
 def kv_context(
     rng: random.Random, keys: list[str], values: list[str], n_tokens: int, distance: int, kv_format: str = "v2"
 ) -> tuple[str, int]:
@@ -219,7 +225,10 @@ def kv_v2(
     values = [kv_value(rng, kv_format) for _ in keys]
     n_tokens = rng.randrange(*KV_LONG_TOKENS) if long else 0
     b = rng.randrange(KV_LONG_BUCKETS) if bucket is None else bucket
-    target = b * KV_DISTANCE_BUCKET + rng.randrange(KV_DISTANCE_BUCKET) if long else rng.randrange(64)
+    if long:
+        target = b * KV_DISTANCE_BUCKET + rng.randrange(KV_DISTANCE_BUCKET)
+    else:  # v2: 0-63 puts the queried pair first (the bare context is shorter); v3 asks any of the 4
+        target = bare_distance(rng, keys, values, kv_format) if kv_format == "v3" else rng.randrange(64)
     if kv_held_out(kv_format, keys, values) != (split == "eval"):
         return None
     distance = min(max(target, 8), n_tokens - 24) if long else target

@@ -32,6 +32,7 @@ from inferopt.model.quality.corpus import (
     Example,
     _holdout,
     _slice,
+    bare_distance,
     copy_task,
     eval_set,
     kv_context,
@@ -204,7 +205,9 @@ def kv_long_example(
         values = [_train_value(rng, k, kv_format) for k in keys]
         if kv_format != "v3" or not kv_held_out(kv_format, keys, values):
             break
-    prompt, _ = kv_context(rng, keys, values, n_tokens, rng.randrange(4, max(5, n_tokens)), kv_format)
+    # bare: the first query anywhere among the pairs (a fixed 4 put it last: it taught recency, not lookup)
+    distance = bare_distance(rng, keys, values, kv_format) if bare else rng.randrange(4, max(5, n_tokens))
+    prompt, _ = kv_context(rng, keys, values, n_tokens, distance, kv_format)
     room = (509 - len(prompt.encode())) // len((kv_query(keys[0], kv_format) + values[0]).encode())  # 512 positions
     rest = rng.sample(range(1, len(keys)), max(0, min(queries - 1, len(keys) - 1, room)))
     answer = values[0] + "".join(f"{kv_query(keys[i], kv_format)}{values[i]}" for i in rest)
