@@ -285,6 +285,7 @@ def train(
     kv_patience: int = 0,
     batch_tokens: int | None = None,
     checkpoint: bool = True,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Train and save; returns the training record written to `training.json`.
 
@@ -295,7 +296,9 @@ def train(
     the curriculum is retrieval across distance (`KV_TOKEN_LEVELS`, one level per language, starting at
     `kv_level_start`; a level also advances after `kv_patience` evaluations at it when > 0) and the dev set
     is the v2 one (v3: the same with one-digit values). `batch_tokens` caps a batch's padded tokens (long
-    batches get fewer examples). `checkpoint` writes weights and curve to `out_dir` at every evaluation.
+    batches get fewer examples). `checkpoint` writes weights and curve to `out_dir` at every evaluation;
+    `max_steps` ends the stage after that many steps (a stage cut at a checkpoint's step is reproduced by
+    `max_steps` = that step: evaluations draw from their own generators, so they do not change training).
 
     Recipe (from trials on this machine): loss on answer tokens only; a copy curriculum first (copy + short
     retrieval until copy is learned), then the full mix; AdamW lr 1.5e-3, betas (0.9, 0.98), warm-up, cosine
@@ -373,7 +376,8 @@ def train(
         opt.step()
         step += 1
         elapsed_min = (time.perf_counter() - t0) / 60
-        if step % eval_every == 0 or elapsed_min >= max_minutes:
+        out_of_steps = max_steps is not None and step >= max_steps
+        if step % eval_every == 0 or elapsed_min >= max_minutes or out_of_steps:
             if phase == "copy":
                 copy_dev = [copy_task(random.Random(10_000 + i)) for i in range(24)]
                 acc = dev_accuracy(model, tok, copy_dev)
@@ -423,7 +427,7 @@ def train(
                 for k, v in entry.get("dev_acc", {}).items()
                 if k.endswith("/short") or (kv_format in KV_DISTANCE_FORMATS and k.startswith("kv/"))
             ]
-            if (short and min(short) >= target_short_acc) or elapsed_min >= max_minutes:
+            if (short and min(short) >= target_short_acc) or elapsed_min >= max_minutes or out_of_steps:
                 break
     return save_stage(out_dir, model, tok, previous, {**settings, "steps": step, "minutes": _minutes(t0)}, history)
 
@@ -481,6 +485,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kv-level-start", type=int, default=0, help="v2: first curriculum level (KV_TOKEN_LEVELS)")
     p.add_argument("--kv-patience", type=int, default=0, help="v2: also advance a level after this many evals")
     p.add_argument("--batch-tokens", type=int, default=None, help="cap on a batch's padded tokens")
+    p.add_argument("--max-steps", type=int, default=None, help="end the stage after this many steps")
     a = p.parse_args(argv)
     mix = {k: float(v) for k, v in (kv.split("=") for kv in a.mix.split(","))} if a.mix else None
     rec = train(
@@ -499,6 +504,7 @@ def main(argv: list[str] | None = None) -> None:
         kv_level_start=a.kv_level_start,
         kv_patience=a.kv_patience,
         batch_tokens=a.batch_tokens,
+        max_steps=a.max_steps,
     )
     print(
         json.dumps(
