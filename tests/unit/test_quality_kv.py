@@ -209,3 +209,11 @@ def test_the_language_behind_gets_two_thirds_of_the_curriculum_not_all() -> None
     assert 0.6 < langs["en"] / 600 < 0.73
     even = collections.Counter(_kv_long_draw(rng, {"en": 2, "zh": 2}).slice["lang"] for _ in range(600))
     assert 0.42 < even["en"] / 600 < 0.58
+
+
+def test_v3_data_keeps_every_other_tasks_documents_of_v1() -> None:
+    """Only the kv documents change with the kv format: the other slices compare document for document."""
+    v1, v3 = eval_set(per_slice=14, kv_format="v1"), eval_set(per_slice=14, kv_format="v3")
+    assert [e for e in v1 if e.slice["task"] != "kv"] == [e for e in v3 if e.slice["task"] != "kv"]
+    kv1, kv3 = [e for e in v1 if e.slice["task"] == "kv"], [e for e in v3 if e.slice["task"] == "kv"]
+    assert len(kv1) == len(kv3) and {e.answer for e in kv3} <= set("0123456789")

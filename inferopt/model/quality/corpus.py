@@ -337,20 +337,33 @@ def _eval_one(rng: random.Random, task: str, lang: str, long: bool, kv_format: s
     return one(rng, task, lang, "eval", long, kv_format)
 
 
-def eval_set(per_slice: int = 60, seed: int = 20261130, kv_format: str = "v1") -> list[Example]:
+def _cell(rng: random.Random, task: str, lang: str, long: bool, kv_format: str, per_slice: int) -> list[Example]:
+    seen: dict[str, Example] = {}
+    while len(seen) < per_slice:
+        ex = _eval_one(rng, task, lang, long, kv_format, len(seen))
+        if ex is not None and ex.id not in seen:
+            seen[ex.id] = ex
+    return list(seen.values())
+
+
+def eval_set(
+    per_slice: int = 60, seed: int = 20261130, kv_format: str = "v1", others_as_v1: bool = True
+) -> list[Example]:
     """The fixed evaluation set: `per_slice` held-out examples for every (task, lang, context) cell
-    (`kv_format` v2, v3: the long kv cell has the queried pair at stratified distances)."""
+    (`kv_format` v2, v3: the long kv cell has the queried pair at stratified distances). v3 with
+    `others_as_v1`: the kv cells come from their own generator and the shared one is advanced as v1's
+    kv cells would, so every other task's documents stay those of v1 (compared document for document)."""
     rng = random.Random(seed)
+    kv_rng = random.Random(f"{seed}-kv-{kv_format}")
     out: list[Example] = []
     for task in TASKS:
         for lang in LANGS:
             for long in (False, True) if task in ("kv", "tool") else (False,):
-                seen: set[str] = set()
-                while len(seen) < per_slice:
-                    ex = _eval_one(rng, task, lang, long, kv_format, len(seen))
-                    if ex is not None and ex.id not in seen:
-                        seen.add(ex.id)
-                        out.append(ex)
+                if task == "kv" and kv_format == "v3" and others_as_v1:
+                    _cell(rng, task, lang, long, "v1", per_slice)
+                    out += _cell(kv_rng, task, lang, long, kv_format, per_slice)
+                else:
+                    out += _cell(rng, task, lang, long, kv_format, per_slice)
     return out
 
 

@@ -326,7 +326,8 @@ def train(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     rng = random.Random(seed)
     examples_stream = stream(seed + 1, weights=mix)
-    dev = eval_set(per_slice=12, seed=seed + 777, kv_format=kv_format)
+    # one shared generator for the dev set (as stage 6 drew it: keeps its command reproducing its weights)
+    dev = eval_set(per_slice=12, seed=seed + 777, kv_format=kv_format, others_as_v1=False)
     history: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     phase, step = ("mix" if init_from else "copy"), 0
