@@ -306,7 +306,13 @@ def train(
     alone (kv short 0.10 en / 0.27 zh after two stages); `kv_curriculum=0.5` in a third stage (48 min, 1
     thread, lr 1e-3, 7878 steps) reached on the lm-eval suite kv short zh 0.93 / en 0.35, long zh 0.15 / en
     0.03, every other slice within 0.02. In en it solved 2 pairs (1.0) and 3 (0.91) but not 4 (0.57): the
-    level gate averages both languages, so zh carried the level up while en lagged."""
+    level gate averages both languages, so zh carried the level up while en lagged.
+
+    Stage 6 (issue 20; `training_trials.json`, not shipped): kv v3 from the shipped weights, `--kv-format v3
+    --kv-curriculum 0.5 --mix arith=0.3,tool=0.15,mc=0.2 --lr 1e-3 --threads 1 --batch-tokens 12288
+    --kv-patience 4 --eval-every 100 --planned-steps 4000 --max-minutes 55 --seed 20` stopped itself at step
+    2100 (21 min): lm-eval kv short 1.00 / 1.00, long 0.95 / 1.00 (en / zh; v2 had 0.23 / 0.80 and 0 / 0.02
+    after 56 min), but every tool-call slice fell by 0.03-0.10, so it is not shipped."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
