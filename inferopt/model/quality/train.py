@@ -308,11 +308,13 @@ def train(
     0.03, every other slice within 0.02. In en it solved 2 pairs (1.0) and 3 (0.91) but not 4 (0.57): the
     level gate averages both languages, so zh carried the level up while en lagged.
 
-    Stage 6 (issue 20; `training_trials.json`, not shipped): kv v3 from the shipped weights, `--kv-format v3
-    --kv-curriculum 0.5 --mix arith=0.3,tool=0.15,mc=0.2 --lr 1e-3 --threads 1 --batch-tokens 12288
-    --kv-patience 4 --eval-every 100 --planned-steps 4000 --max-minutes 55 --seed 20` stopped itself at step
-    2100 (21 min): lm-eval kv short 1.00 / 1.00, long 0.95 / 1.00 (en / zh; v2 had 0.23 / 0.80 and 0 / 0.02
-    after 56 min), but every tool-call slice fell by 0.03-0.10, so it is not shipped."""
+    Stage 6 (issue 20): kv v3 from stage 3's weights, `--kv-format v3 --kv-curriculum 0.5 --mix
+    arith=0.3,tool=0.15,mc=0.2 --lr 1e-3 --threads 1 --batch-tokens 12288 --kv-patience 4 --eval-every 100
+    --planned-steps 4000 --max-minutes 55 --seed 20` stopped itself at step 2100 (21 min): kv short 1.00 /
+    1.00, long 0.95 / 1.00 (v2 had 0.23 / 0.80 and 0 / 0.02 after 56 min), but tool slices -0.03..-0.10
+    (order ids with a digit repeated). Stage 7 from it: `--kv-curriculum 0.3 --mix arith=0.2,tool=0.5,mc=0.3
+    --lr 3e-4 --kv-level-start 6 --eval-every 600 --max-steps 600 --planned-steps 600 --seed 21` (8 min):
+    tool 1.00 on all four, kv short 1.00 / 1.00, long 0.98 / 1.00. Exact commands: `training.json`."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
