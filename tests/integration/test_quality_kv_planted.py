@@ -24,9 +24,9 @@ pytestmark = [
         shipped_dir("quality-tiny") is None, reason="the trained quality model is not shipped in this checkout"
     ),
     pytest.mark.skipif(
-        shipped_kv_format() != "v2",
+        shipped_kv_format() == "v1",
         reason="the shipped kv data is v1 (the shipped weights do not retrieve at long context: the long slice "
-        "is at its floor and no arm can fail it); ship v2 weights and data first",
+        "is at its floor and no arm can fail it); ship v2 or v3 weights and data first",
     ),
 ]
 
@@ -39,8 +39,22 @@ def arms(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return planted_kv_arms(BASE, tmp_path_factory.mktemp("twin"))
 
 
+# Known gap (issue 20, open): kv v3's answer is one token computed in the prompt's forward pass, which attends
+# with the unquantized K/V even under transformers' quantized cache, so only 2-bit KV (it breaks the end-of-answer
+# token) shows harm; 4-bit needs a task whose retrieved value is a decode-step token. Strict: a pass is news.
+INT4_GAP = pytest.mark.xfail(
+    strict=True, reason="4-bit KV cannot reach a one-token answer computed in the prefill pass (kv v3)"
+)
+
+
 @pytest.mark.parametrize(
-    "name", ["aggressive:kv-int2", "aggressive:kv-int4", "aggressive:window-128", "benign:kv-hqq-int8"]
+    "name",
+    [
+        "aggressive:kv-int2",
+        pytest.param("aggressive:kv-int4", marks=INT4_GAP),
+        "aggressive:window-128",
+        "benign:kv-hqq-int8",
+    ],
 )
 def test_the_long_retrieval_slice_catches_what_was_planted(arms: dict, name: str) -> None:
     expect, base, cand = arms[name]

@@ -19,6 +19,7 @@ from inferopt.model.quality.corpus import (
     _holdout,
     eval_set,
     kv_distance,
+    kv_held_out,
     kv_v2,
     prompt_tokens,
     shipped_kv_format,
@@ -34,8 +35,9 @@ def _kv(kv_format: str = "v2", per_slice: int = 14) -> list:
     return [e for e in eval_set(per_slice=per_slice, kv_format=kv_format) if e.slice["task"] == "kv"]
 
 
-def test_long_v2_fits_the_served_context_and_spreads_distance_over_every_bucket() -> None:
-    long = [e for e in _kv() if e.slice["context"] == "long"]
+@pytest.mark.parametrize("kv_format", ["v2", "v3"])
+def test_long_kv_fits_the_served_context_and_spreads_distance_over_every_bucket(kv_format: str) -> None:
+    long = [e for e in _kv(kv_format) if e.slice["context"] == "long"]
     lengths = [prompt_tokens(e.prompt) for e in long]
     # at least 384 tokens of context, and room for the 8 generated tokens lm-eval reserves in 512
     assert min(lengths) >= max(384, KV_LONG_TOKENS[0]) and max(lengths) <= 512 - 8
@@ -46,17 +48,19 @@ def test_long_v2_fits_the_served_context_and_spreads_distance_over_every_bucket(
         assert sorted(buckets) == list(range(KV_LONG_BUCKETS)) and max(buckets.values()) - min(buckets.values()) <= 1
 
 
-def test_distance_is_where_the_queried_key_sits_and_the_key_is_unique() -> None:
-    for e in _kv():
-        key = e.prompt.rsplit("?", 1)[1]
+@pytest.mark.parametrize("kv_format", ["v2", "v3"])
+def test_distance_is_where_the_queried_key_sits_and_the_key_is_unique(kv_format: str) -> None:
+    for e in _kv(kv_format):
+        key = e.prompt.rsplit("?", 1)[1].strip()  # v3 asks ` ? q`, v2 ` ?q`
+        assert len(e.answer) == (1 if kv_format == "v3" else 3)
         raw, d = e.prompt.encode(), int(e.slice["distance"])
         assert d == kv_distance(e.prompt, key)
         end = len(raw) - 1 - d  # the queried key's last byte in the context, then its value
         assert raw[end + 1 - len(key.encode()) : end + 1] == key.encode()
-        assert raw[end + 1 : end + 4].decode() == e.answer
+        assert raw[end + 1 : end + 1 + len(e.answer)].decode() == e.answer
         context = e.prompt.rsplit(" ?", 1)[0]
         assert context.count(key) == 1
-    short = [e for e in _kv() if e.slice["context"] == "short"]
+    short = [e for e in _kv(kv_format) if e.slice["context"] == "short"]
     assert all(int(e.slice["distance"]) < KV_DISTANCE_BUCKET for e in short)
 
 
@@ -89,6 +93,29 @@ def test_training_kv_never_queries_a_held_out_pair_and_trains_only_values() -> N
         assert trained == "".join(v for _, v in queried) + "<eos>"
 
 
+def test_v3_training_never_asks_a_held_out_triple_first_and_trains_one_digit_values() -> None:
+    from inferopt.model.build import build_byte_tokenizer
+    from inferopt.model.quality.train import encode
+
+    tok = build_byte_tokenizer(288)
+    rng = random.Random(4)
+    bare = 0
+    for i in range(300):
+        lang = ("en", "zh")[i % 2]
+        ex = kv_long_example(rng, lang, KV_TOKEN_LEVELS[i % len(KV_TOKEN_LEVELS)], queries=6, kv_format="v3")
+        assert prompt_tokens(ex.prompt + ex.answer) <= 512 - 1
+        context, key = ex.prompt.rsplit(" ? ", 1)
+        pairs = [p for p in context.split(" ") if p[-1:].isdigit()]  # filler is uppercase letters only
+        bare += len(pairs) == len(context.split(" "))
+        asked = [(key, ex.answer.split(" ")[0])] + [(q[:-1], q[-1]) for q in ex.answer.split(" ? ")[1:]]
+        assert all(f"{k}{v}" in pairs for k, v in asked) and len(ex.answer.split(" ")[0]) == 1
+        k0, v0, k1 = ex.id.split("-")[3]  # the first query's (key, value, next key): never an evaluation triple
+        assert (k0, v0) == asked[0] and f"{k1}" in context and not kv_held_out("v3", [k0, k1], [v0])
+        ids, labels = encode(tok, ex)
+        assert tok.decode([t for t in labels if t != -100]) == "".join(v for _, v in asked) + "<eos>"
+    assert 40 < bare < 120  # about a quarter are bare pairs, the short slice's form
+
+
 def test_eval_pairs_are_held_out_by_construction() -> None:
     rng = random.Random(0)
     for _ in range(200):
@@ -96,6 +123,13 @@ def test_eval_pairs_are_held_out_by_construction() -> None:
         if ex is not None:
             assert not _holdout("kv2", ex.prompt.rsplit("?", 1)[1], ex.answer)
     assert all(_holdout("kv2", e.prompt.rsplit("?", 1)[1], e.answer) for e in _kv())
+    for e in _kv("v3"):
+        k0, v0, k1 = e.id.split("-")[3]
+        assert (k0, v0) == (e.prompt.rsplit("?", 1)[1].strip(), e.answer) and kv_held_out("v3", [k0, k1], [v0])
+    rng = random.Random(1)
+    train = [x for _ in range(300) if (x := kv_v2(rng, "zh", "train", long=False, kv_format="v3")) is not None]
+    tags = [x.id.split("-")[3] for x in train]
+    assert train and not any(kv_held_out("v3", [t[0], t[2]], [t[1]]) for t in tags)
 
 
 def test_token_capped_batches_keep_every_example_in_order() -> None:
@@ -175,3 +209,11 @@ def test_the_language_behind_gets_two_thirds_of_the_curriculum_not_all() -> None
     assert 0.6 < langs["en"] / 600 < 0.73
     even = collections.Counter(_kv_long_draw(rng, {"en": 2, "zh": 2}).slice["lang"] for _ in range(600))
     assert 0.42 < even["en"] / 600 < 0.58
+
+
+def test_v3_data_keeps_every_other_tasks_documents_of_v1() -> None:
+    """Only the kv documents change with the kv format: the other slices compare document for document."""
+    v1, v3 = eval_set(per_slice=14, kv_format="v1"), eval_set(per_slice=14, kv_format="v3")
+    assert [e for e in v1 if e.slice["task"] != "kv"] == [e for e in v3 if e.slice["task"] != "kv"]
+    kv1, kv3 = [e for e in v1 if e.slice["task"] == "kv"], [e for e in v3 if e.slice["task"] == "kv"]
+    assert len(kv1) == len(kv3) and {e.answer for e in kv3} <= set("0123456789")

@@ -6,6 +6,7 @@ Four tasks, each in English and Chinese (two scripts, same task), so a change th
   kv    `a381 q902 m117 w555 ?q` -> `902` (4 pairs). v1 long: 24 pairs, the queried one in the first quarter.
         v2 long (`kv_format="v2"`, issue 20): 420-480 tokens of uppercase filler with 8 pairs, the queried
         key at a stratified distance from the query (7 buckets of 64 tokens), kept in the slice's `distance`.
+        v3: v2 with one-digit values and the query ` ? q` (`kv_value`, `kv_query`): one induction step.
 Every example has a stable `id` and a `slice` {task, lang, context, risk[, distance]}. Evaluation examples
 come from a fixed seed and are held out of training by construction (`_holdout` on the operands / key and
 value / order id). The data in the tree follows the shipped weights' format (`shipped_kv_format`).
@@ -115,7 +116,8 @@ def kv(rng: random.Random, lang: str, split: Split, long: bool) -> Example | Non
     )
 
 
-KV_FORMATS = ("v1", "v2")
+KV_FORMATS = ("v1", "v2", "v3")
+KV_DISTANCE_FORMATS = ("v2", "v3")  # filler between the pairs, the queried one at a stratified distance
 KV_LONG_TOKENS = (420, 481)  # v2 long prompt tokens (bytes + <bos>): 512 positions less 8 generated (lm-eval
 # truncates a prompt to max_length - max_gen_toks from the left) with room to spare
 KV_LONG_PAIRS = 8  # v2 long: pairs in the context, the queried one at a controlled distance from the query
@@ -146,12 +148,27 @@ def _filler(rng: random.Random, n_bytes: int) -> list[str]:
     return words
 
 
-def kv_context(rng: random.Random, keys: list[str], values: list[str], n_tokens: int, distance: int) -> tuple[str, int]:
+def kv_query(key: str, kv_format: str = "v2") -> str:
+    """The query that ends a prompt: ` ?q` (v2); v3 ` ? q`, so it ends with the very bigram (space, key)
+    that precedes the value in the context (the Chinese keys' three bytes already matched on more than one
+    token, and Chinese retrieval was learned first in every stage)."""
+    return f" ? {key}" if kv_format == "v3" else f" ?{key}"
+
+
+def bare_distance(rng: random.Random, keys: list[str], values: list[str], kv_format: str) -> int:
+    """A distance that puts the queried pair at a uniformly random place among bare pairs (no filler)."""
+    pair_tokens = len(f" {keys[0]}{values[0]}".encode())  # every pair is as long (one-character keys)
+    return rng.randrange(len(keys)) * pair_tokens + len(kv_query(keys[0], kv_format).encode()) + len(values[0])
+
+
+def kv_context(
+    rng: random.Random, keys: list[str], values: list[str], n_tokens: int, distance: int, kv_format: str = "v2"
+) -> tuple[str, int]:
     """A context of ~`n_tokens` tokens: filler words with the pairs `keys[i]values[i]` spread at random, the
-    first pair placed so that its key sits about `distance` tokens before the end of ` ?key` (the query).
+    first pair placed so that its key sits about `distance` tokens before the end of the query (`kv_query`).
     Returns (prompt, the exact distance)."""
     pairs = [f"{k}{v}" for k, v in zip(keys, values, strict=True)]
-    query = f" ?{keys[0]}"
+    query = kv_query(keys[0], kv_format)
     fixed = sum(len(x.encode()) + 1 for x in pairs) + len(query.encode())
     units = _filler(rng, max(0, n_tokens - 1 - fixed))
     for pair in pairs[1:]:
@@ -175,22 +192,50 @@ def kv_keys(lang: str) -> list[str]:
     return _ZH_KEYS if lang == "zh" else _EN_KEYS
 
 
-def kv_v2(rng: random.Random, lang: str, split: Split, long: bool, bucket: int | None = None) -> Example | None:
+def kv_value(rng: random.Random, kv_format: str = "v2") -> str:
+    """A value: three digits (v1, v2) or one (v3). With three, the shipped model found the first digit
+    after a one-letter key (0.9 en, v1 short) but lost its place for the next two (0.4 for all three):
+    each further digit is another lookup keyed on two tokens; one digit is a single induction step."""
+    return str(rng.randrange(10)) if kv_format == "v3" else f"{rng.randrange(100, 1000)}"
+
+
+def kv_held_out(kv_format: str, keys: list[str], values: list[str]) -> bool:
+    """Whether the query of `keys[0]` (value `values[0]`) is reserved for evaluation. v2 holds out (key,
+    value); v3's one-digit values leave only 260 such pairs in English, so it holds out (key, value, the
+    next pair's key) instead: training never asks an evaluation triple."""
+    if kv_format == "v3":
+        return _holdout("kv3", keys[0], values[0], keys[1])
+    return _holdout("kv2", keys[0], values[0])
+
+
+def kv_tag(kv_format: str, keys: list[str], values: list[str]) -> str:
+    """The id's part that `kv_held_out` decides on: `q902` (v2) or `q7m` (v3: key, value, next key)."""
+    return f"{keys[0]}{values[0]}{keys[1] if kv_format == 'v3' else ''}"
+
+
+def kv_v2(
+    rng: random.Random, lang: str, split: Split, long: bool, bucket: int | None = None, kv_format: str = "v2"
+) -> Example | None:
     """Key-value retrieval across distance. Short: 4 pairs, nothing else (v1's form with v2 keys). Long:
     ~420-480 tokens of filler with `KV_LONG_PAIRS` pairs, the queried pair `bucket`*64 + U[0, 64) tokens
-    before the query (a random bucket when None). The slice carries the measured `distance` in tokens."""
+    before the query (a random bucket when None). The slice carries the measured `distance` in tokens.
+    `kv_format` v3: one-digit values (`kv_value`)."""
     n_pairs = KV_LONG_PAIRS if long else 4
     keys = rng.sample(kv_keys(lang), n_pairs)
-    values = [f"{rng.randrange(100, 1000)}" for _ in keys]
+    values = [kv_value(rng, kv_format) for _ in keys]
     n_tokens = rng.randrange(*KV_LONG_TOKENS) if long else 0
     b = rng.randrange(KV_LONG_BUCKETS) if bucket is None else bucket
-    target = b * KV_DISTANCE_BUCKET + rng.randrange(KV_DISTANCE_BUCKET) if long else rng.randrange(64)
-    if not _accept(split, "kv2", keys[0], values[0]):
+    if long:
+        target = b * KV_DISTANCE_BUCKET + rng.randrange(KV_DISTANCE_BUCKET)
+    else:  # v2: 0-63 puts the queried pair first (the bare context is shorter); v3 asks any of the 4
+        target = bare_distance(rng, keys, values, kv_format) if kv_format == "v3" else rng.randrange(64)
+    if kv_held_out(kv_format, keys, values) != (split == "eval"):
         return None
-    prompt, dist = kv_context(rng, keys, values, n_tokens, min(max(target, 8), n_tokens - 24) if long else target)
+    distance = min(max(target, 8), n_tokens - 24) if long else target
+    prompt, dist = kv_context(rng, keys, values, n_tokens, distance, kv_format)
     ctx = "long" if long else "short"
     return Example(
-        f"kv-{lang}-{ctx}-{keys[0]}{values[0]}-d{dist}-{rng.randrange(1 << 30)}",
+        f"kv-{lang}-{ctx}-{kv_tag(kv_format, keys, values)}-d{dist}-{rng.randrange(1 << 30)}",
         prompt,
         values[0],
         {**_slice("kv", lang, ctx, "high"), "distance": str(dist)},
@@ -258,7 +303,9 @@ def one(
     if task == "arith":
         return arith(rng, lang, split)
     if task == "kv":
-        return kv_v2(rng, lang, split, long) if kv_format == "v2" else kv(rng, lang, split, long)
+        if kv_format in KV_DISTANCE_FORMATS:
+            return kv_v2(rng, lang, split, long, kv_format=kv_format)
+        return kv(rng, lang, split, long)
     if task == "tool":
         return tool(rng, lang, split, long)
     if task == "mc":
@@ -285,25 +332,38 @@ def stream(
 
 
 def _eval_one(rng: random.Random, task: str, lang: str, long: bool, kv_format: str, i: int) -> Example | None:
-    if task == "kv" and long and kv_format == "v2":  # distance buckets in turn: every bucket equally often
-        return kv_v2(rng, lang, "eval", True, bucket=i % KV_LONG_BUCKETS)
+    if task == "kv" and long and kv_format in KV_DISTANCE_FORMATS:  # distance buckets in turn: all equally often
+        return kv_v2(rng, lang, "eval", True, bucket=i % KV_LONG_BUCKETS, kv_format=kv_format)
     return one(rng, task, lang, "eval", long, kv_format)
 
 
-def eval_set(per_slice: int = 60, seed: int = 20261130, kv_format: str = "v1") -> list[Example]:
+def _cell(rng: random.Random, task: str, lang: str, long: bool, kv_format: str, per_slice: int) -> list[Example]:
+    seen: dict[str, Example] = {}
+    while len(seen) < per_slice:
+        ex = _eval_one(rng, task, lang, long, kv_format, len(seen))
+        if ex is not None and ex.id not in seen:
+            seen[ex.id] = ex
+    return list(seen.values())
+
+
+def eval_set(
+    per_slice: int = 60, seed: int = 20261130, kv_format: str = "v1", others_as_v1: bool = True
+) -> list[Example]:
     """The fixed evaluation set: `per_slice` held-out examples for every (task, lang, context) cell
-    (`kv_format` v2: the long kv cell has the queried pair at stratified distances)."""
+    (`kv_format` v2, v3: the long kv cell has the queried pair at stratified distances). v3 with
+    `others_as_v1`: the kv cells come from their own generator and the shared one is advanced as v1's
+    kv cells would, so every other task's documents stay those of v1 (compared document for document)."""
     rng = random.Random(seed)
+    kv_rng = random.Random(f"{seed}-kv-{kv_format}")
     out: list[Example] = []
     for task in TASKS:
         for lang in LANGS:
             for long in (False, True) if task in ("kv", "tool") else (False,):
-                seen: set[str] = set()
-                while len(seen) < per_slice:
-                    ex = _eval_one(rng, task, lang, long, kv_format, len(seen))
-                    if ex is not None and ex.id not in seen:
-                        seen.add(ex.id)
-                        out.append(ex)
+                if task == "kv" and kv_format == "v3" and others_as_v1:
+                    _cell(rng, task, lang, long, "v1", per_slice)
+                    out += _cell(kv_rng, task, lang, long, kv_format, per_slice)
+                else:
+                    out += _cell(rng, task, lang, long, kv_format, per_slice)
     return out
 
 
