@@ -354,6 +354,8 @@ def arm_verdict(effects: pd.DataFrame, target_metrics: tuple[str, ...]) -> tuple
     targets = effects[effects["metric"].isin(target_metrics)]
     harmed = effects[effects["harm"].astype(bool)] if "harm" in effects else effects.iloc[0:0]
     tested = int(effects["harm_p"].notna().sum()) if "harm_p" in effects else 0
+    if "harm_family" in effects:  # the untestable ones (identical in every repeat) were left out of the family
+        tested = int((effects["harm_p"].notna() & (effects["harm_family"] != "untestable")).sum())
     if tested and not len(harmed):
         reasons.append(
             f"harm: no metric worse beyond its tolerance (one-sided tests over {tested} metrics; "
