@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -24,7 +24,16 @@ import pandas as pd
 from inferopt.choose.propose import Proposal
 from inferopt.choose.ranking import Point, ranked, show_value
 from inferopt.config import SLOConfig, WorkloadConfig
-from inferopt.simulate.calibrate import DEFAULT_BOUND, Calibration, calibrate_baseline, simulated_capacity
+from inferopt.simulate.calibrate import (
+    DEFAULT_BOUND,
+    Calibration,
+    calibrate_baseline,
+    capacity_range,
+    extrapolation,
+    measured_probes,
+    simulated_capacity,
+)
+from inferopt.simulate.costs import system_fingerprint
 from inferopt.simulate.observe import fitter_for
 from inferopt.simulate.prune import PruneDecision, prune
 from inferopt.validate.capacity import CapacityBudget
@@ -54,12 +63,14 @@ def candidate_space(order: Sequence[Proposal]) -> tuple[Candidate, ...]:
 
 @dataclass(frozen=True)
 class PrunePlan:
-    """What the simulator said before anything but the baseline was measured."""
+    """What the simulator said before anything but the baseline was measured (`refits`: how often it was
+    refitted on the points measured since, `replan`)."""
 
     candidates: tuple[Candidate, ...]
     decision: PruneDecision
     calibration: Calibration | None
     message: str
+    refits: int = 0
 
     @property
     def usable(self) -> bool:
@@ -68,6 +79,12 @@ class PrunePlan:
     def to_measure(self) -> list[Candidate]:
         """The kept points other than the baseline, in the search's order (the located cause's levers first)."""
         return [self.candidates[i] for i in self.decision.measure if i != 0]
+
+    @property
+    def extrapolated(self) -> bool:
+        """Whether a kept point's prediction leaves what the fit measured (a refit on new points may help)."""
+        t = self.decision.predicted
+        return "extrapolated" in t and bool((t["extrapolated"].fillna("") != "").any())
 
 
 def plan_pruning(
@@ -92,15 +109,74 @@ def plan_pruning(
     cal = sc.calibration
     if cal is None:
         return PrunePlan(cands, prune(systems, _never, None), None, f"nothing pruned: {sc.message}")
-
-    def predict(system: Any) -> Any:
-        return simulated_capacity(cal.cost, system, workload, slo, capacity_budget)
-
     always = [i for i, c in enumerate(cands) if c.proposal is not None and c.proposal.control]
-    kw = {"top_k": top_k, "frontier": frontier, "always": always, "resolution": capacity_budget.rel_tol}
-    decision = prune(systems, predict, cal, **kw)
+    decision = _decide(cands, systems, cal, base, workload, slo, capacity_budget, always, top_k, frontier)
     message = f"{decision.message} ({sc.message})" if decision.usable else f"nothing pruned: {sc.message}"
     return PrunePlan(cands, decision, cal, message)
+
+
+def _decide(
+    cands: Sequence[Candidate],
+    systems: Sequence[Any],
+    cal: Calibration,
+    base: Point,
+    workload: WorkloadConfig,
+    slo: SLOConfig,
+    budget: CapacityBudget,
+    always: Sequence[int],
+    top_k: int,
+    frontier: bool,
+) -> PruneDecision:
+    """`prune` with this calibration's model: capacity, its range for the latency error, extrapolation."""
+
+    def predict(system: Any) -> Any:
+        return simulated_capacity(cal.cost, system, workload, slo, budget)
+
+    def band(system: Any, err: float) -> tuple[float, float]:
+        return capacity_range(cal.cost, system, workload, slo, budget, err)
+
+    def beyond(system: Any, cap: float) -> str:
+        rate = max(cap, base.capacity.req_per_s if math.isfinite(base.capacity.req_per_s) else 0.0)
+        return extrapolation(cal.cost, system, workload, rate, budget.requests_per_probe)
+
+    kw = {"top_k": top_k, "frontier": frontier, "always": always, "resolution": budget.rel_tol}
+    return prune(systems, predict, cal, band=band, extrapolation=beyond, **kw)
+
+
+def replan(
+    plan: PrunePlan,
+    points: Sequence[Point],
+    workload: WorkloadConfig,
+    slo: SLOConfig,
+    budget: CapacityBudget,
+    *,
+    top_k: int = 2,
+    frontier: bool = True,
+) -> PrunePlan:
+    """The simulator refitted on every point measured so far whose costs it models (the baseline's fingerprint:
+    other batch sizes, windows, queues; not another dtype) and the unmeasured points predicted again: the
+    measured ones stay kept, the rest as `prune` now says. The calibration's errors stay those judged on the
+    baseline's held-back probes. Unchanged when it cannot be refitted."""
+    cal, base = plan.calibration, points[0]
+    fitter = fitter_for(base.system)
+    if cal is None or fitter is None or not plan.usable:
+        return plan
+    mine = [p for p in points if system_fingerprint(p.system) == system_fingerprint(base.system)]
+    records = [r for p in mine for mp in measured_probes(p.label, p.system, p.capacity) for r in mp.records()]
+    try:
+        cost = fitter(records, base.system)
+    except ValueError:
+        return plan
+    labels = {p.label for p in points}
+    done = [i for i, c in enumerate(plan.candidates) if c.label in labels]
+    control = [i for i, c in enumerate(plan.candidates) if c.proposal is not None and c.proposal.control]
+    systems = [base.system, *(c.system for c in plan.candidates[1:])]
+    refit = replace(cal, cost=cost)
+    decision = _decide(plan.candidates, systems, refit, base, workload, slo, budget, done + control, top_k, frontier)
+    decision.predicted.loc[[i for i in done if i], "why"] = "measured before this refit"
+    n = plan.refits + 1
+    message = f"{decision.message} (refitted {n}x, on the {len(mine)} measured points the model's costs cover)"
+    return PrunePlan(plan.candidates, decision, refit, message, n)
 
 
 def _never(system: Any) -> Any:

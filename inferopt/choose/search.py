@@ -27,7 +27,7 @@ import yaml
 
 from inferopt.choose.duels import run_duel
 from inferopt.choose.propose import Proposal, Proposals, propose
-from inferopt.choose.pruning import PrunePlan, PruneReport, plan_pruning, pruning_report
+from inferopt.choose.pruning import PrunePlan, PruneReport, plan_pruning, pruning_report, replan
 from inferopt.choose.ranking import (
     ChosenBy,
     Decision,
@@ -384,7 +384,10 @@ def tune(
             raise RuntimeError(f"tune: the baseline's capacity could not be measured: {base.capacity.message}")
         order = _in_order(proposals)
         plan = _plan(s, base, order) if budget.prune else None
-        untried = _search_kept(s, plan) if plan is not None and plan.usable else _search(s, order)
+        if plan is not None and plan.usable:
+            untried, plan = _search_kept(s, plan)
+        else:
+            untried = _search(s, order)
         ranking = decide(base, s.points, s.duel)
         pruned = pruning_report(plan, s.points) if plan is not None else None
     return _conclude(s, hardware, measured, located, proposals, ranking, untried, pruned)
@@ -396,18 +399,25 @@ def _plan(s: _Search, base: Point, order: Sequence[Proposal]) -> PrunePlan:
     return plan_pruning(base, order, s.workload, s.slo, b.capacity, **kw)
 
 
-def _search_kept(s: _Search, plan: PrunePlan) -> tuple[str, ...]:
+def _search_kept(s: _Search, plan: PrunePlan) -> tuple[tuple[str, ...], PrunePlan]:
     """Measure the points the simulator kept, in the search's order, within the budget; the rest are predictions
-    (`PruneReport.table`), not untried points. Returns the kept points the budget left out."""
-    kept = plan.to_measure()
+    (`PruneReport.table`), not untried points. While a kept point's prediction is an extrapolation, the model is
+    refitted after each measurement (`replan`) and what it no longer keeps is not measured. Returns the kept
+    points the budget left out and the last plan."""
     room = s.budget.max_trials - 1
-    for c in kept[:room]:
+    while (todo := [c for c in plan.to_measure() if c.label not in {p.label for p in s.points}]) and room > 0:
+        c = todo[0]
         s.evaluate(c.proposal, c.value_index, "simulator")
-    left = [c.label for c in kept[room:]]
+        room -= 1
+        if plan.extrapolated:
+            b = s.budget
+            plan = replan(plan, s.points, s.workload, s.slo, b.capacity, top_k=b.prune_top_k, frontier=b.prune_frontier)
+    left = [c.label for c in plan.to_measure() if c.label not in {p.label for p in s.points}]
     if not left:
-        return ()
-    fix = f"fix: --budget {1 + len(kept)} measures every point the simulator kept"
-    return (f"{', '.join(left)} (kept by the simulator) — the budget of {s.budget.max_trials} trials ran out; {fix}",)
+        return (), plan
+    fix = f"fix: --budget {s.budget.max_trials + len(left)} measures every point the simulator kept"
+    why = f"{', '.join(left)} (kept by the simulator) — the budget of {s.budget.max_trials} trials ran out; {fix}"
+    return (why,), plan
 
 
 def _nothing_message(proposals: Proposals) -> str:

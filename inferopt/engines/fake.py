@@ -42,6 +42,7 @@ class _Slot:
         "cancelled",
         "done",
         "pos",
+        "preempted",
         "queue",
         "request",
         "timings",
@@ -63,6 +64,7 @@ class _Slot:
         self.done = False
         self.cancelled = False
         self.pos = 0  # tokens emitted so far (kept across a preemption)
+        self.preempted = False  # sent back to the queue by a full KV cache: out of its batch until re-admitted
 
 
 class _Error:
@@ -218,6 +220,7 @@ class FakeEngine(EngineBase):
         s = self.system
         t = now_s()
         for slot in slots:
+            slot.preempted = False  # re-admitted: its KV is recomputed in this batch's prefill
             if slot.pos == 0 and slot.timings.admitted_s is None:  # a resumed (preempted) one keeps its first stamps
                 slot.timings.admitted_s = t
                 slot.timings.batch_size_at_admit = len(slots)
@@ -250,7 +253,7 @@ class FakeEngine(EngineBase):
         while True:
             live = []
             for slot in slots:
-                if slot.done:
+                if slot.done or slot.preempted:  # a preempted one left its KV: it waits for a later batch
                     continue
                 if slot.cancelled:
                     self._finish(slot, "cancelled")
@@ -294,6 +297,7 @@ class FakeEngine(EngineBase):
         while len(live) > 1 and sum(used) > cap:
             slot = live.pop()
             used.pop()
+            slot.preempted = True
             self.preemptions += 1
             self._waiting[slot.waiting.request_id] = slot  # back to the queue, at its own arrival (first in line)
         return live

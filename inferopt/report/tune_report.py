@@ -87,6 +87,7 @@ PRUNE_COLUMNS = [
     "measured_capacity_req_per_s",
     "predicted_per_user_tok_per_s",
     "why",
+    "carried",
     "refusal",
 ]
 

@@ -9,7 +9,8 @@ phases only, so its decode step is fitted from each request's mean token gap aga
 requests decoding beside it (`observations_from_phases`).
 
 A model carries its engine and a fingerprint of the system's cost-relevant fields (model, dtype, device,
-threads, kernels — not the scheduling knobs the simulator models); `check_system` refuses any other.
+threads, kernels — not the scheduling knobs the simulator models); `check_system` refuses any other, and
+`carried_to` carries it across a weight or KV dtype change by the roofline prior (marked `carried`).
 Deliberately not here: the scheduler (`simulate.scheduler`), calibration (`simulate.calibrate`).
 """
 
@@ -19,7 +20,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,7 @@ SCHEDULING_FIELDS = frozenset(
         "scheduling_policy",
         "max_num_queued_reqs",
         "kv_cache_memory_bytes",
+        "kv_cache_tokens",
         "startup_timeout_s",
         "tracing",
         "python",
@@ -48,6 +50,13 @@ SCHEDULING_FIELDS = frozenset(
     }
 )
 
+# cost-relevant fields the roofline prior carries a fitted model across (bytes per element): a decode step reads
+# every weight once (its per-step constant scales with the weight bytes) and every live sequence's KV (its
+# per-context term, and a token's bytes in the cache, scale with the KV bytes); prefill is left as fitted
+WEIGHT_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "int8": 1.0}
+KV_BYTES = {"float32": 4.0, "fp16": 2.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+CARRIED_FIELDS = {"weight_dtype": WEIGHT_BYTES, "kv_cache_dtype": KV_BYTES}
+
 PREFILL_FEATURES = ("step_s", "per_token_s", "per_kpair_s")  # 1, tokens computed, attention pairs / 1000
 DECODE_FEATURES = ("step_s", "per_seq_s", "per_kctx_s")  # 1, sequences in the step, total context / 1000
 
@@ -56,12 +65,24 @@ class WrongSystem(ValueError):
     """A cost model asked about a system it was not fitted on."""
 
 
+def cost_fields(system: Any) -> dict[str, Any]:
+    """The system's cost-relevant fields (JSON values): everything but `SCHEDULING_FIELDS`."""
+    data = system.model_dump(mode="json") if hasattr(system, "model_dump") else dict(system)
+    return {k: v for k, v in sorted(data.items()) if k not in SCHEDULING_FIELDS}
+
+
 def system_fingerprint(system: Any) -> str:
     """sha256 (16 hex) of the system's cost-relevant fields: its engine, model, dtype, device, threads and
     kernels; scheduling knobs excluded (`SCHEDULING_FIELDS`)."""
-    data = system.model_dump(mode="json") if hasattr(system, "model_dump") else dict(system)
-    kept = {k: v for k, v in sorted(data.items()) if k not in SCHEDULING_FIELDS}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(cost_fields(system), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def elem_bytes(fields: dict[str, Any], name: str) -> float | None:
+    """Bytes per element of a carried field's value; vLLM's KV "auto" is the model dtype's; None: unknown."""
+    value = fields.get(name)
+    if name == "kv_cache_dtype" and value == "auto":
+        value = fields.get("dtype")
+    return CARRIED_FIELDS[name].get(str(value))
 
 
 @dataclass(frozen=True)
@@ -73,9 +94,22 @@ class Fit:
     residuals_s: tuple[float, ...]
     r2: float
     n: int
+    span: tuple[tuple[float, ...], ...] = ()  # orthonormal rows spanning the measured features (column-scaled)
+    scale: tuple[float, ...] = ()  # the column scales `span` is in
 
     def predict_s(self, x: Sequence[float]) -> float:
         return float(np.dot(self.coef, x))
+
+    def identified(self, x: Sequence[float]) -> bool:
+        """Whether a step's features lie in the span of the measured ones: outside it (a batch shape the
+        measurements never varied, e.g. only batches of 1 measured), the split between coefficients was not
+        measured and the prediction is an extrapolation. A fit without a kept span says True."""
+        if not self.span:
+            return True
+        v = np.asarray(x, float) / np.asarray(self.scale, float)
+        norm = float(np.linalg.norm(v))
+        basis = np.asarray(self.span, float)
+        return norm == 0 or float(np.linalg.norm(v - basis.T @ (basis @ v))) <= 1e-3 * norm
 
     @property
     def rel_residual_p50(self) -> float:
@@ -106,6 +140,8 @@ class CostModel:
     overheads: Overheads = Overheads()
     notes: tuple[str, ...] = ()
     stats: dict[str, float] = field(default_factory=dict)
+    fields_json: str = ""  # the fitted system's `cost_fields` (JSON): what `carried_to` compares against
+    carried: str = ""  # set on a model carried to another system by the roofline prior: what was scaled, how
 
     def prefill_s(self, tokens: float, attn_pairs: float) -> float:
         """One prefill step computing `tokens` new tokens with `attn_pairs` query-key pairs."""
@@ -142,6 +178,18 @@ class CostModel:
                 f"kernels; fingerprint {fp}); fix: fit on measured runs of that system"
             )
 
+    def carried_to(self, system: Any) -> CostModel:
+        """This model for `system`: itself when the cost-relevant fields match; a copy scaled by the roofline
+        prior when they differ only in `CARRIED_FIELDS` (`carry`); else `WrongSystem` (`check_system`)."""
+        try:
+            self.check_system(system)
+            return self
+        except WrongSystem:
+            scaled = carry(self, system)
+            if scaled is None:
+                raise
+            return scaled
+
     def summary(self) -> dict[str, float]:
         out = {f"prefill.{n}": c for n, c in zip(self.prefill.names, self.prefill.coef, strict=True)}
         out.update({f"decode.{n}": c for n, c in zip(self.decode.names, self.decode.coef, strict=True)})
@@ -170,7 +218,10 @@ def fit_nnls(x: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> Fit:
     resid = y - x @ coef
     ss = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum(resid**2)) / ss if ss > 0 else math.nan
-    return Fit(names, tuple(float(c) for c in coef), tuple(float(r) for r in resid), r2, len(y))
+    _, sv, vt = np.linalg.svd(xs, full_matrices=False)
+    span = tuple(tuple(float(v) for v in row) for row, s_ in zip(vt, sv, strict=True) if s_ > 1e-6 * sv[0])
+    rows = tuple(float(r) for r in resid)
+    return Fit(names, tuple(float(c) for c in coef), rows, r2, len(y), span, tuple(float(c) for c in scale))
 
 
 def attn_pairs(new_tokens: Sequence[int], cached_tokens: Sequence[int]) -> float:
@@ -189,3 +240,44 @@ def padded_rows(input_lens: Sequence[int], cached: Sequence[int]) -> tuple[list[
     """A left-padded static batch (the hf engine): every row computes the widest row's new tokens."""
     width = max(int(n) - int(c) for n, c in zip(input_lens, cached, strict=True))
     return [width] * len(input_lens), [int(c) for c in cached]
+
+
+def carry(model: CostModel, system: Any) -> CostModel | None:
+    """`model` carried to `system` when the two differ (on one engine) only in the weight and/or KV dtype: the
+    decode step's constant scaled by the weight bytes ratio, its per-context term and the KV bytes a token holds
+    by the KV bytes ratio (a prior, not a measurement: `carried` says so); None when anything else differs or a
+    dtype's bytes are unknown."""
+    if not model.fields_json or getattr(system, "engine", None) != model.engine:
+        return None
+    old, new = json.loads(model.fields_json), cost_fields(system)
+    diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if not diff or not set(diff) <= CARRIED_FIELDS.keys():
+        return None
+    ratio = {}
+    for k in diff:
+        a, b = elem_bytes(old, k), elem_bytes(new, k)
+        if not a or not b:
+            return None
+        ratio[k] = b / a
+    r_w, r_kv = ratio.get("weight_dtype", 1.0), ratio.get("kv_cache_dtype", 1.0)
+    step, per_seq, per_kctx = model.decode.coef
+    decode = replace(model.decode, coef=(step * r_w, per_seq, per_kctx * r_kv))
+    stats = dict(model.stats)
+    if "kv_bytes_per_token" in stats:
+        stats["kv_bytes_per_token"] *= r_kv
+    note = (
+        "carried by the roofline prior from "
+        + model.system_name
+        + ": "
+        + ", ".join(f"{k} {old.get(k)} -> {new.get(k)} (bytes x{ratio[k]:.3g})" for k in diff)
+    )
+    return replace(
+        model,
+        fingerprint=system_fingerprint(system),
+        system_name=getattr(system, "name", "?"),
+        decode=decode,
+        stats=stats,
+        notes=(*model.notes, note),
+        fields_json=json.dumps(new, sort_keys=True, default=str),
+        carried=note,
+    )

@@ -12,6 +12,9 @@ Deliberately not here: the cost model's own math (`simulate.costs`), any engine 
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -29,6 +32,7 @@ from inferopt.simulate.costs import (
     CostModel,
     Fit,
     Overheads,
+    cost_fields,
     fit_nnls,
     padded_rows,
     prefill_features,
@@ -51,21 +55,56 @@ def _same_run(a: RequestRecord, b: RequestRecord) -> bool:
 
 
 def static_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
-    """Prefill and decode rows (features, seconds) of every measured hf batch."""
+    """Prefill and decode rows (features, seconds) of every measured static batch. The decode steps are read
+    off the batch's longest member that no other batch interrupted; a member without a stamp at a step that
+    stamps later was preempted there (a fixed KV cache, the fake engine's) and leaves that step's count."""
     px, py, dx, dy = [], [], [], []
-    for batch in _batches(records):
-        size = max(len(batch), max(r.batch_size_at_admit or 0 for r in batch))
+    batches = _batches(records)
+    starts = defaultdict(list)
+    for b in batches:
+        starts[_run_key(b[0])].append(b[0].prefill_start_s)
+    for batch in batches:
+        size = _batch_size(batch)
         lens = [r.input_len for r in batch] + [max(r.input_len for r in batch)] * (size - len(batch))
         cached = [r.cached_tokens for r in batch] + [0] * (size - len(batch))
         new, cache = padded_rows(lens, cached)
-        px.append(prefill_features(new, cache))
-        py.append(batch[0].prefill_end_s - batch[0].prefill_start_s)
-        longest = max(batch, key=lambda r: len(r.token_s))
+        if size == len(batch):  # else it held rows no record shows (resumed after a preemption): their work unknown
+            px.append(prefill_features(new, cache))
+            py.append(batch[0].prefill_end_s - batch[0].prefill_start_s)
+        others = sorted(t for t in starts[_run_key(batch[0])] if t != batch[0].prefill_start_s)
+        whole = [r for r in batch if not _interrupted(r, others)]
+        if not whole:
+            continue
+        longest = max(whole, key=lambda r: len(r.token_s))
         width = new[0] + max(cache)
-        for k, gap_s in enumerate(np.diff(longest.token_s), start=1):
-            dx.append((1.0, float(size), size * (width + k) / 1000.0))
-            dy.append(float(gap_s))
+        stamped = [set(r.token_s) for r in batch]
+        for k, (a_s, b_s) in enumerate(itertools.pairwise(longest.token_s), start=1):
+            gone = sum(1 for r, st in zip(batch, stamped, strict=True) if b_s not in st and r.token_s[-1] > b_s)
+            seqs = size - gone
+            dx.append((1.0, float(seqs), seqs * (width + k) / 1000.0))
+            dy.append(float(b_s - a_s))
     return {"px": px, "py": py, "dx": dx, "dy": dy}
+
+
+def _admitted_here(batch: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The members first admitted in this batch (one preempted before its first token shows its first
+    admission's stamp, not this batch's)."""
+    last = max((r.admitted_s for r in batch if r.admitted_s is not None), default=None)
+    return [r for r in batch if last is None or (r.admitted_s is not None and abs(r.admitted_s - last) < 1e-9)]
+
+
+def _batch_size(batch: Sequence[RequestRecord]) -> int:
+    return max(len(batch), max(r.batch_size_at_admit or 0 for r in _admitted_here(batch)))
+
+
+def _run_key(r: RequestRecord) -> tuple[str, str, int]:
+    return r.run_tag, r.scenario, r.trial
+
+
+def _interrupted(r: RequestRecord, other_starts: Sequence[float]) -> bool:
+    """Whether another batch's prefill began between this record's first and last token (it was preempted)."""
+    i = bisect.bisect_right(other_starts, r.token_s[0])
+    return i < len(other_starts) and other_starts[i] < r.token_s[-1]
 
 
 def _median(values: Sequence[float]) -> float:
@@ -83,8 +122,11 @@ def static_overheads(records: Sequence[RequestRecord], batch_wait_s: float) -> O
         if _same_run(prev[0], nxt[0]) and ready_s <= end_s and nxt[0].admitted_s is not None:
             gaps.append(nxt[0].admitted_s - end_s)
     ok = [r for b in batches for r in b]
+    fresh = [  # batches without a member resumed after a preemption (its admission is an earlier batch's)
+        b for b in batches if len(_admitted_here(b)) == len(b) == _batch_size(b) and b[0].admitted_s is not None
+    ]
     return Overheads(
-        admit_s=_median([r.prefill_start_s - r.admitted_s for r in ok if r.admitted_s is not None]),
+        admit_s=_median([b[0].prefill_start_s - b[0].admitted_s for b in fresh]),
         first_token_s=_median([r.token_s[0] - r.prefill_end_s for r in ok]),
         batch_gap_s=max(0.0, _median(gaps)),
         send_lag_s=_median([r.arrival_s - r.intended_s for r in ok if r.arrival_s is not None]),
@@ -109,6 +151,7 @@ def fit_static(records: Sequence[RequestRecord], system: Any) -> CostModel:
     return CostModel(
         engine=system.engine,
         fingerprint=system_fingerprint(system),
+        fields_json=json.dumps(cost_fields(system), sort_keys=True, default=str),
         system_name=system.name,
         prefill=fit_nnls(np.array(obs["px"]), np.array(obs["py"]), PREFILL_FEATURES),
         decode=fit_nnls(np.array(obs["dx"]), np.array(obs["dy"]), DECODE_FEATURES),
@@ -200,6 +243,7 @@ def fit_phases(records: Sequence[RequestRecord], system: Any, kv_bytes_per_token
     return CostModel(
         engine=system.engine,
         fingerprint=system_fingerprint(system),
+        fields_json=json.dumps(cost_fields(system), sort_keys=True, default=str),
         system_name=system.name,
         prefill=fit_nnls(np.array(px), np.array(py), PREFILL_FEATURES),
         decode=decode,

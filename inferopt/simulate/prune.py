@@ -3,14 +3,15 @@
 `prune` takes the candidate systems (the baseline first), a `predict(system) -> CapacityResult` (the calibrated
 simulator's capacity search, `calibrate.simulated_capacity`) and that simulator's `Calibration`. With a usable
 calibration it keeps for real measurement: the baseline and the points named in `always` (control arms), the
-`top_k` points by predicted capacity, every point that could still be the best (`tie_share`: each prediction
-off by the capacity error, bracketed no finer than `resolution`), every point it refuses to predict (another
-engine, dtype, model) and, with `frontier`, the Pareto frontier of predicted capacity vs per-user speed (1000 /
-TPOT p50 at capacity; differences within the simulator's error, or under 1 % in speed, are ties; a point no better
-than the baseline on either is not measured for it: it would measure the baseline again). Every point is
-predicted whenever a calibration exists, usable or not, so every point is reported; an unusable calibration prunes
-nothing and says so. Deliberately not here: measuring, or the search's decision rule (`inferopt.choose.pruning`
-wires this into the search, which measures what `prune` keeps and decides on measurements only).
+`top_k` points by predicted capacity, every point that could still be the best (`tie_share`: each prediction off
+by the capacity error, bracketed no finer than `resolution`; a point reached by the roofline prior,
+`CostModel.carried_to`, off by the bound more), every point it refuses to predict (another engine, model) and,
+with `frontier`, the Pareto frontier of predicted capacity vs per-user speed (1000 / TPOT p50 at capacity;
+differences within the simulator's error, or under 1 % in speed, are ties; a point no better than the baseline on
+either is not measured for it: it would measure the baseline again). Every point is predicted whenever a
+calibration exists, usable or not, so every point is reported; an unusable calibration prunes nothing and says so.
+Deliberately not here: measuring, or the search's decision rule (`inferopt.choose.pruning` wires this into the
+search, which measures what `prune` keeps and decides on measurements only).
 """
 
 from __future__ import annotations
@@ -99,6 +100,48 @@ def _table(results: Sequence[CapacityResult | None], refusals: Sequence[str]) ->
     )
 
 
+def _bounds(
+    space: Sequence[AnySystem],
+    cap: np.ndarray,
+    carried: np.ndarray,
+    raw: float,
+    rivals: Sequence[int],
+    calibration: Calibration,
+    band: Callable[[AnySystem, float], tuple[float, float]] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The lowest and highest capacity each point may really have: its prediction off by its capacity error,
+    widened by `band` (the capacities its latency error allows: near a flat latency curve a percent of latency
+    is a bracket of capacity). A capacity error above the bound (usable only when the baseline's measured
+    capacity lies in its band) is what the band explains, so then only the band counts."""
+    point_err = np.where(carried, raw + calibration.bound, raw)  # a carried prediction is a prior: wider
+    low, high = cap * (1.0 - point_err), cap * (1.0 + point_err)
+    e_slo = calibration.slo_rel_err
+    if band is None or not math.isfinite(e_slo):
+        return low, high
+    if raw > calibration.bound:
+        low, high = cap.copy(), cap.copy()
+    for i in rivals:
+        lo, hi = band(space[i], e_slo + (calibration.bound if carried[i] else 0.0))
+        low[i], high[i] = min(low[i], lo), max(high[i], hi)
+    return low, high
+
+
+def _error_text(raw: float, calibration: Calibration, banded: bool) -> str:
+    e_slo = calibration.slo_rel_err
+    text = f"capacity {raw:.0%}" if raw <= calibration.bound or not banded else "capacity knife-edge"
+    if banded and math.isfinite(e_slo):
+        text += f", latency {e_slo:.1%} moving each point's capacity range"
+    return text + f", one {calibration.bound:.0%} more for a carried prediction"
+
+
+def _carried(calibration: Calibration, system: AnySystem) -> str:
+    """How the calibrated model reached `system` by the roofline prior ("" when fitted on it)."""
+    try:
+        return calibration.cost.carried_to(system).carried
+    except WrongSystem:
+        return ""
+
+
 def _why(i: int, row: pd.Series, always: set[int]) -> str:
     if i in always:
         return "baseline" if i == 0 else "declared control arm"
@@ -106,6 +149,7 @@ def _why(i: int, row: pd.Series, always: set[int]) -> str:
         name
         for name, flag in (
             ("cannot predict", not row["predictable"]),
+            ("extrapolates past the measured steps", bool(row.get("extrapolated", ""))),
             ("top by predicted capacity", row["top"]),
             ("within the simulator's error of the best", row["near_best"]),
             ("on the predicted frontier", row["frontier"]),
@@ -124,8 +168,12 @@ def prune(
     frontier: bool = True,
     always: Sequence[int] = (),
     resolution: float = 0.0,
+    band: Callable[[AnySystem, float], tuple[float, float]] | None = None,
+    extrapolation: Callable[[AnySystem, float], str] | None = None,
 ) -> PruneDecision:
-    """Which points of `space` to measure (see the module docstring)."""
+    """Which points of `space` to measure (see the module docstring); `extrapolation(system, predicted
+    capacity)` says why a point's prediction leaves what the fit measured ("" when it does not): such a point
+    is measured, as one the simulator cannot predict."""
     everything = tuple(range(len(space)))
     if calibration is None:
         return PruneDecision(everything, pd.DataFrame({"point": everything}), False, "nothing pruned: no calibration")
@@ -135,14 +183,24 @@ def prune(
     speed = table["predicted_per_user_tok_per_s"].fillna(0.0).to_numpy(float)
     keep_always = {0, *always}
     rivals = [i for i in everything if ok[i] and i not in keep_always]  # the points the simulator may rank
-    err = calibration.capacity_rel_err if math.isfinite(calibration.capacity_rel_err) else calibration.bound
-    err = tie_share(err, resolution)
+    raw = calibration.capacity_rel_err if math.isfinite(calibration.capacity_rel_err) else calibration.bound
+    err = tie_share(raw, resolution)
+    table["carried"] = [_carried(calibration, system) if ok[i] else "" for i, system in enumerate(space)]
+    table["extrapolated"] = [
+        extrapolation(system, float(cap[i])) if extrapolation is not None and i in rivals else ""
+        for i, system in enumerate(space)
+    ]
+    beyond = table["extrapolated"].to_numpy() != ""
     tpot_err = calibration.median_rel_err.get("tpot_ms_p50", math.nan)
     speed_err = max(tpot_err if math.isfinite(tpot_err) else calibration.bound, SPEED_RESOLUTION)
     best = max((cap[i] for i in rivals), default=0.0)
     top = set(sorted(rivals, key=lambda i: (-cap[i], i))[:top_k])
     table["top"] = [i in top for i in everything]
-    table["near_best"] = [i in rivals and best > 0 and cap[i] >= best * (1.0 - err) for i in everything]
+    low, high = _bounds(space, cap, table["carried"].to_numpy() != "", raw, rivals, calibration, band)
+    table["predicted_lo_req_per_s"], table["predicted_hi_req_per_s"] = low, high
+    floor = max((low[i] for i in rivals), default=0.0)  # surely reached by one point
+    could = high * (1.0 + resolution)  # the most each point could measure
+    table["near_best"] = [i in rivals and best > 0 and could[i] >= floor for i in everything]
     front = np.zeros(len(ok), bool)
     if frontier:
         front = pareto_max(np.where(ok, cap, 0.0), np.where(ok, speed, 0.0), err, speed_err) & ok
@@ -152,12 +210,16 @@ def prune(
     if not calibration.usable:
         table["measure"], table["why"] = True, "nothing pruned: the simulator's calibration is unusable"
         return PruneDecision(everything, table, False, f"nothing pruned: {calibration.message}")
-    keep = [i for i in everything if i in keep_always or not ok[i] or top & {i} or table["near_best"][i] or front[i]]
+    keep = [
+        i
+        for i in everything
+        if i in keep_always or not ok[i] or beyond[i] or top & {i} or table["near_best"][i] or front[i]
+    ]
     table["measure"] = [i in keep for i in everything]
     table["why"] = [_why(i, table.iloc[i], keep_always) for i in everything]
     msg = (
-        f"measure {len(keep)} of {len(space)} points (the baseline, top {top_k}, those within {err:.0%} of the "
-        f"best predicted capacity, those the simulator cannot predict"
+        f"measure {len(keep)} of {len(space)} points (the baseline, top {top_k}, those that could still be the best "
+        f"given the simulator's error ({_error_text(raw, calibration, band is not None)}), those it cannot predict"
         + (", the predicted frontier" if frontier else "")
         + f"); {len(space) - len(keep)} pruned by the simulator"
     )

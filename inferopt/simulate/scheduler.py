@@ -1,7 +1,8 @@
 """Discrete-event simulation of a serving scheduler on a workload table, emitting real `RequestRecord`s.
 
 Two policies over one fitted `CostModel`: `StaticPolicy` mirrors the hf engine (the same `static_batch` and
-`admit_on_arrival` functions decide; a left-padded batch runs until its longest member ends) and
+`admit_on_arrival` functions decide; a left-padded batch runs until its longest member ends; with a fixed KV
+cache, the fake engine's, the newest is preempted when a step does not fit) and
 `ContinuousPolicy` models vLLM's scheduler (max_num_seqs, a per-step token budget, chunked prefill, fcfs or
 priority, a bounded queue counting waiting + running, KV capacity in blocks with recompute preemption of the
 newest running request, prefix-cache hits in whole blocks). Clients time out as the load runner's do.
@@ -31,10 +32,13 @@ SIM_TAG = "simulated"
 @dataclass(frozen=True)
 class StaticPolicy:
     """The hf engine's static batching (its `BatchingKnobs`); `prefix_block_tokens`: its prefix cache's block
-    size (None: no prefix cache). A group's prefix is cached once a batch holding it has finished."""
+    size (None: no prefix cache). A group's prefix is cached once a batch holding it has finished.
+    `kv_tokens`: a fixed KV cache in tokens (the fake engine's): a decode step whose live sequences do not fit
+    sends the newest back to the queue, to be prefilled again with what it generated (None: no bound)."""
 
     knobs: BatchingKnobs
     prefix_block_tokens: int | None = None
+    kv_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,12 @@ def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel) -> None
         decision = static_batch(knobs, items, now_s)
         if decision.batch:
             batch = [waiting.pop(k) for k in decision.batch]
-            now_s = _static_batch(batch, now_s, cost, _hits(batch, policy.prefix_block_tokens, cached_groups))
+            hits = _hits(batch, policy.prefix_block_tokens, cached_groups)
+            if policy.kv_tokens is None:
+                now_s = _static_batch(batch, now_s, cost, hits)
+            else:
+                now_s, preempted = _static_batch_kv(batch, now_s, cost, hits, policy.kv_tokens)
+                waiting.update((str(reqs.index(q)), q) for q in preempted)  # back in line at its own arrival
             now_s += cost.overheads.batch_gap_s
             cached_groups.update(int(q.row["prefix_group"]) for q in batch if int(q.row["prefix_group"]) >= 0)
             continue
@@ -159,6 +168,41 @@ def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Se
         q.token_s = times[: max(1, int(q.row["output_len"]))]
         q.done_s = q.token_s[-1]
     return times[-1]
+
+
+def _static_batch_kv(
+    batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Sequence[int], kv_tokens: float
+) -> tuple[float, list[_Req]]:
+    """`_static_batch` step by step under a fixed KV cache (the fake engine's `_fit_kv`): a resumed request
+    recomputes its prompt and the tokens it had; before each step, while the live sequences' KV (context + this
+    step's token) exceeds `kv_tokens`, the newest leaves for the queue (the last always runs). Returns when its
+    last step ends and the requests it preempted."""
+    lens = [int(q.row["input_len"]) + len(q.token_s) for q in batch]
+    first = [not q.token_s for q in batch]  # no token yet (a first admission, or preempted before its first)
+    new, cached = padded_rows(lens, [h if f else 0 for h, f in zip(hits, first, strict=True)])
+    start_s = now_s + cost.overheads.admit_s
+    t = start_s + cost.prefill_s(sum(new), attn_pairs(new, cached))
+    for q, hit, f in zip(batch, hits, first, strict=True):
+        if f:
+            if q.admitted_s is None:
+                q.admitted_s, q.batch_size = now_s, len(batch)
+            q.prefill_start_s, q.prefill_end_s, q.cached = start_s, t, hit
+    t += cost.overheads.first_token_s
+    live, preempted = list(batch), []
+    while live:
+        used = [int(q.row["input_len"]) + len(q.token_s) + 1 for q in live]
+        while len(live) > 1 and sum(used) > kv_tokens:
+            preempted.append(live.pop())
+            used.pop()
+        for q in live:
+            q.token_s.append(t)
+        live = [q for q in live if len(q.token_s) < max(1, int(q.row["output_len"]))]
+        if live:
+            t += cost.decode_s(len(live), sum(used))
+    for q in batch:
+        if q not in preempted:
+            q.done_s = q.token_s[-1]
+    return t, preempted
 
 
 def _blocks(tokens: int, block_size: int) -> int:

@@ -23,7 +23,7 @@ from inferopt.config import ConstantArrivals, FakeSystem, LengthConfig, SLOConfi
 from inferopt.config.systems import BatchingKnobs
 from inferopt.records import RecordSink
 from inferopt.simulate.calibrate import Calibration, calibrate_baseline, simulated_capacity, simulated_run
-from inferopt.simulate.costs import DECODE_FEATURES, PREFILL_FEATURES, CostModel, Fit, system_fingerprint
+from inferopt.simulate.costs import DECODE_FEATURES, PREFILL_FEATURES, CostModel, Fit, cost_fields, system_fingerprint
 from inferopt.simulate.observe import fit_static
 from inferopt.simulate.prune import prune, tie_share
 from inferopt.validate.capacity import CapacityBudget
@@ -61,6 +61,7 @@ def truth(system, scale: float = 1.0) -> CostModel:
         system_name=system.name,
         prefill=Fit(PREFILL_FEATURES, (0.005 * scale, 0.0, 0.0), (), 1.0, 0),
         decode=Fit(DECODE_FEATURES, (0.001 * scale, 0.0, 0.0), (), 1.0, 0),
+        fields_json=json.dumps(cost_fields(system), sort_keys=True),
     )
 
 
@@ -161,8 +162,8 @@ def _cal(usable: bool = True) -> Calibration:
 
 def test_points_the_simulator_refuses_are_measured_with_the_refusal_said():
     base = fake()
-    int8 = fake(weight_dtype="int8")  # a cost-relevant field: the model fitted on float32 weights refuses it
-    space = [base, fake(batch=2), fake(batch=4), fake(batch=8), int8]
+    slower = fake(transport_delay_ms=3.0)  # a cost-relevant field no prior carries: the model refuses it
+    space = [base, fake(batch=2), fake(batch=4), fake(batch=8), slower]
     cost = truth(base)
     decision = prune(space, lambda s: simulated_capacity(cost, s, WL, SLO, CAPACITY), _cal(), top_k=1, frontier=False)
     row = decision.predicted.iloc[4]

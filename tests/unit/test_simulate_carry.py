@@ -1,0 +1,178 @@
+"""The simulator past its fitted system: a model carried across a weight or KV dtype by the roofline prior (and
+refusing anything else), the static batcher's fixed KV cache against a hand schedule and against the fake
+engine it mirrors, and the pruner's wider band for a carried prediction."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from inferopt.config import FakeSystem
+from inferopt.config.systems import BatchingKnobs
+from inferopt.engines.base import GenRequest, TokenEvent
+from inferopt.engines.fake import FakeEngine
+from inferopt.simulate.calibrate import Calibration, policy_for, static_kv_tokens
+from inferopt.simulate.costs import (
+    DECODE_FEATURES,
+    PREFILL_FEATURES,
+    CostModel,
+    Fit,
+    WrongSystem,
+    cost_fields,
+    system_fingerprint,
+)
+from inferopt.simulate.prune import prune
+from inferopt.simulate.scheduler import StaticPolicy, simulate
+from inferopt.validate.capacity import CapacityResult
+
+
+def fake(**kw) -> FakeSystem:
+    base = dict(
+        name="fake-carry",
+        context_ms=0.0,
+        prefill_base_ms=5.0,
+        prefill_ms_per_token=0.0,
+        decode_step_ms=24.0,
+        decode_ms_per_seq=4.0,
+        jitter_cv=0.0,
+        batching=BatchingKnobs(max_batch_size=2, batch_wait_ms=0.0),
+    )
+    base.update(kw)
+    return FakeSystem(**base)
+
+
+def model(system, decode=(0.024, 0.004, 0.002), prefill=(0.005, 0.0, 0.0)) -> CostModel:
+    return CostModel(
+        engine=system.engine,
+        fingerprint=system_fingerprint(system),
+        system_name=system.name,
+        prefill=Fit(PREFILL_FEATURES, prefill, (), 1.0, 0),
+        decode=Fit(DECODE_FEATURES, decode, (), 1.0, 0),
+        stats={"kv_bytes_per_token": 1000.0},
+        fields_json=json.dumps(cost_fields(system), sort_keys=True),
+    )
+
+
+def table(offsets, input_len, output_len) -> pd.DataFrame:
+    n = len(offsets)
+    return pd.DataFrame(
+        {
+            "request_id": [f"r{i}" for i in range(n)],
+            "arrival_offset_s": np.asarray(offsets, float),
+            "input_len": [input_len] * n,
+            "output_len": [output_len] * n,
+            "prefix_group": [-1] * n,
+            "prefix_len": [0] * n,
+            "tenant": ["t"] * n,
+            "priority": [0] * n,
+        }
+    )
+
+
+def test_a_weight_dtype_change_scales_the_decode_steps_constant_by_the_bytes():
+    cost = model(fake())
+    int8 = cost.carried_to(fake(weight_dtype="int8"))
+    assert int8.decode.coef == pytest.approx((0.006, 0.004, 0.002))  # 4 -> 1 byte a weight; per-seq as fitted
+    assert int8.prefill == cost.prefill and int8.fingerprint == system_fingerprint(fake(weight_dtype="int8"))
+    assert "weight_dtype float32 -> int8" in int8.carried and int8.carried in int8.notes
+    assert cost.carried_to(fake()) is cost and not cost.carried  # the fitted system itself: not carried
+    bf16 = cost.carried_to(fake(weight_dtype="bfloat16"))
+    assert bf16.decode.coef[0] == pytest.approx(0.012)
+
+
+def test_a_kv_dtype_change_scales_the_kv_terms_and_a_cost_field_is_refused():
+    cost = model(fake())
+    fp8 = cost.carried_to(fake(kv_cache_dtype="fp8"))
+    assert fp8.decode.coef == pytest.approx((0.024, 0.004, 0.001)) and fp8.stats["kv_bytes_per_token"] == 500.0
+    with pytest.raises(WrongSystem, match="cost-relevant field"):
+        cost.carried_to(fake(decode_step_ms=12.0))  # the engine's own step time: no prior carries it
+    with pytest.raises(WrongSystem, match="cost-relevant field"):
+        cost.carried_to(fake(weight_dtype="int8", decode_step_ms=12.0))  # a dtype and something else
+    legacy = CostModel("fake", cost.fingerprint, "x", cost.prefill, cost.decode)  # no fields kept: refuses
+    with pytest.raises(WrongSystem):
+        legacy.carried_to(fake(weight_dtype="int8"))
+
+
+def test_a_kv_size_is_a_knob_the_simulator_models_not_a_refusal():
+    system, bigger = fake(kv_cache_tokens=64), fake(kv_cache_tokens=128)
+    assert system_fingerprint(system) == system_fingerprint(bigger)
+    assert static_kv_tokens(bigger) == 128 and static_kv_tokens(fake(kv_cache_tokens=64, kv_cache_dtype="fp8")) == 128
+    assert policy_for(bigger, model(system)).kv_tokens == 128 and policy_for(fake(), model(fake())).kv_tokens is None
+
+
+def test_static_kv_preempts_the_newest_and_it_resumes_by_recomputing():
+    """Two 4-token prompts, 3 tokens each, KV of 10 tokens: step 1 uses 2 x 5 (fits), step 2 would need 2 x 6,
+    so the second leaves; the first ends at 7 ms; the second is prefilled again (5 ms) and ends at 13 ms."""
+    system = fake(kv_cache_tokens=10)
+    cost = model(system, decode=(0.001, 0.0, 0.0))
+    recs = simulate(table([0.0, 0.0], 4, 3), StaticPolicy(system.batching, kv_tokens=10), cost)
+    assert recs[0].token_s == pytest.approx([0.005, 0.006, 0.007])
+    assert recs[1].token_s == pytest.approx([0.005, 0.012, 0.013])
+    assert [r.outcome for r in recs] == ["ok", "ok"] and recs[1].prefill_end_s == pytest.approx(0.005)
+
+
+async def _fake_run(system: FakeSystem, n: int, input_len: int, output_len: int) -> list[list[float]]:
+    engine = FakeEngine(system)
+    await engine.start()
+    try:
+
+        async def one(i: int) -> list[float]:
+            req = GenRequest(f"r{i}", list(range(1, input_len + 1)), output_len)
+            return [ev.server_s async for ev in engine.stream(req) if isinstance(ev, TokenEvent)]
+
+        return await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        await engine.stop()
+
+
+def test_static_kv_matches_the_fake_engines_preemption_step_for_step():
+    """The scripted fake engine (real asyncio sleeps) and the simulation of its planted costs, under a KV cache
+    that holds two of four sequences: the same tokens, the same order of ends, each end close (a loaded box
+    only lengthens the real sleeps)."""
+    system = fake(kv_cache_tokens=24, batching=BatchingKnobs(max_batch_size=4, batch_wait_ms=0.0), decode_step_ms=4.0)
+    stamps = asyncio.run(_fake_run(system, 4, 8, 4))
+    cost = model(system, decode=(0.004, 0.004, 0.0))
+    recs = simulate(table([0.0] * 4, 8, 4), policy_for(system, cost), cost)
+    t0 = min(s[0] for s in stamps) - recs[0].token_s[0]
+    real_end = [s[-1] - t0 for s in stamps]
+    assert [len(s) for s in stamps] == [len(r.token_s) for r in recs] == [4] * 4
+    assert np.argsort(real_end, kind="stable").tolist() == np.argsort([r.token_s[-1] for r in recs]).tolist()
+    for real, sim in zip(real_end, recs, strict=True):  # a sleep is never shorter; the event loop adds a little
+        assert sim.token_s[-1] - 0.002 <= real <= 1.3 * sim.token_s[-1] + 0.005
+    assert max(r.token_s[-1] for r in recs) > 1.5 * min(r.token_s[-1] for r in recs)  # two were preempted
+
+
+def _cal(cost: CostModel) -> Calibration:
+    return Calibration(cost, pd.DataFrame(), pd.DataFrame(), {}, {}, 0.05, 3, 3, 0.15, True, "planted")
+
+
+def _result(cap: float) -> CapacityResult:
+    return CapacityResult("found", cap, cap, cap * 1.1, "planted", ())
+
+
+def test_a_carried_prediction_is_kept_within_the_wider_band_a_fitted_one_is_not():
+    """Capacities 10 (baseline), 7 (a batch size, fitted), 7 (int8, carried), 10.5 (bf16, carried) with a 5 %
+    error and no bracket: 7 cannot reach 10.5 x 0.95 even at +5 %, but a carried 7 at +20 % can reach 10.5 x 0.8."""
+    base = fake()
+    space = [
+        base,
+        fake(batching=BatchingKnobs(max_batch_size=4)),
+        fake(weight_dtype="int8"),
+        fake(weight_dtype="bfloat16"),
+    ]
+    caps = {0: 10.0, 1: 7.0, 2: 7.0, 3: 10.5}
+    predict = {system_fingerprint(s) + str(s.batching.max_batch_size): caps[i] for i, s in enumerate(space)}
+    decision = prune(
+        space,
+        lambda s: _result(predict[system_fingerprint(s) + str(s.batching.max_batch_size)]),
+        _cal(model(base)),
+        top_k=1,
+        frontier=False,
+    )
+    t = decision.predicted
+    assert list(t["carried"] != "") == [False, False, True, True]
+    assert decision.measure == (0, 2, 3) and t.loc[1, "why"].startswith("pruned")
