@@ -257,3 +257,15 @@ def test_a_point_predicted_to_be_the_baseline_again_is_not_measured_for_the_fron
     assert t.loc[1, "predicted_capacity_req_per_s"] == t.loc[0, "predicted_capacity_req_per_s"]
     assert not t.loc[1, "frontier"] and 1 in d.skipped and t.loc[1, "why"].startswith("pruned")
     assert {0, 2, 3} <= set(d.measure)
+
+
+def test_a_batch_one_baseline_extrapolates_so_the_search_refits_on_what_it_measures(pruned):
+    """The baseline ran batches of one: its fit cannot split a batch's constant from its per-token cost, so
+    every larger batch is an extrapolation and measured until a refit on a measured batch size can say."""
+    _, result = pruned
+    p = result.pruning
+    assert "refitted" in p.message, p.message
+    t = p.table.set_index("label")
+    assert not t["extrapolated"].fillna("").astype(bool).any()  # after the refit, nothing left extrapolated
+    assert t.loc["batching.max_queue=4", "kind"] == "predicted"  # predicted at the baseline's batch: not measured
+    assert "measured before this refit" in set(t["why"])

@@ -1,6 +1,7 @@
 """The simulator past its fitted system: a model carried across a weight or KV dtype by the roofline prior (and
 refusing anything else), the static batcher's fixed KV cache against a hand schedule and against the fake
-engine it mirrors, and the pruner's wider band for a carried prediction."""
+engine it mirrors, the pruner's wider band for a carried prediction, a fit that knows which step shapes it
+never measured, the usability judgement and the capacity range a latency error allows."""
 
 from __future__ import annotations
 
@@ -11,11 +12,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferopt.config import FakeSystem
+from inferopt.config import ConstantArrivals, FakeSystem, LengthConfig, SLOConfig, WorkloadConfig
 from inferopt.config.systems import BatchingKnobs
 from inferopt.engines.base import GenRequest, TokenEvent
 from inferopt.engines.fake import FakeEngine
-from inferopt.simulate.calibrate import Calibration, policy_for, static_kv_tokens
+from inferopt.simulate.calibrate import (
+    Calibration,
+    capacity_range,
+    extrapolation,
+    judge,
+    policy_for,
+    simulated_run,
+    static_kv_tokens,
+)
 from inferopt.simulate.costs import (
     DECODE_FEATURES,
     PREFILL_FEATURES,
@@ -23,11 +32,14 @@ from inferopt.simulate.costs import (
     Fit,
     WrongSystem,
     cost_fields,
+    fit_nnls,
+    prefill_features,
     system_fingerprint,
 )
+from inferopt.simulate.observe import fit_static
 from inferopt.simulate.prune import prune
 from inferopt.simulate.scheduler import StaticPolicy, simulate
-from inferopt.validate.capacity import CapacityResult
+from inferopt.validate.capacity import CapacityBudget, CapacityResult
 
 
 def fake(**kw) -> FakeSystem:
@@ -176,3 +188,62 @@ def test_a_carried_prediction_is_kept_within_the_wider_band_a_fitted_one_is_not(
     t = decision.predicted
     assert list(t["carried"] != "") == [False, False, True, True]
     assert decision.measure == (0, 2, 3) and t.loc[1, "why"].startswith("pruned")
+
+
+def test_a_fit_on_batches_of_one_cannot_tell_a_batch_of_eight_and_says_so():
+    """Every measured prefill had one 16-token row: the per-batch constant and the per-token cost are one
+    direction, so a batch of 8 (8 x the tokens, 1 x the constant) is outside what was measured."""
+    x = np.array([prefill_features([16], [0])] * 6)
+    fit = fit_nnls(x, np.full(6, 0.005) + np.linspace(0, 1e-5, 6), PREFILL_FEATURES)
+    assert fit.identified(prefill_features([16], [0]))
+    assert not fit.identified(prefill_features([16] * 8, [0] * 8))
+    varied = np.array([prefill_features([16] * b, [0] * b) for b in (1, 2, 4, 1, 2, 4)])
+    both = fit_nnls(varied, 0.005 + 0.0001 * varied[:, 1], PREFILL_FEATURES)
+    assert both.identified(prefill_features([16] * 8, [0] * 8))  # batch sizes varied: 8 is interpolated
+
+
+def test_extrapolation_names_the_steps_a_batch_one_fit_never_measured():
+    system = fake(batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0.0), decode_ms_per_seq=0.0)
+    truth = model(system, decode=(0.001, 0.0, 0.0))
+    wl = WorkloadConfig(
+        name="x",
+        seed=1,
+        num_requests=30,
+        arrival=ConstantArrivals(rate_per_s=300.0),
+        lengths=LengthConfig(input_median=16, input_sigma=0, output_median=3, output_sigma=0),
+    )
+    run, _ = simulated_run(truth, system, wl, 300.0, 30, 1)
+    cost = fit_static(run.records, system)
+    assert extrapolation(cost, system, wl, 300.0, 30) == ""
+    eight = fake(batching=BatchingKnobs(max_batch_size=8, batch_wait_ms=0.0), decode_ms_per_seq=0.0)
+    assert "never measured" in extrapolation(cost, eight, wl, 300.0, 30)
+
+
+def test_judge_gates_on_the_slos_latencies_and_a_knife_edge_capacity_in_its_range():
+    med = {"ttft_ms_p99": 0.05, "tpot_ms_p95": 0.1, "tpot_ms_p99": 0.3}
+    slo_only = ["ttft_ms_p99", "tpot_ms_p95"]
+    assert not judge(med, 0.05, 0.15, 3)[0]  # every latency: tpot p99 is 30 % off
+    assert judge(med, 0.05, 0.15, 3, gating=slo_only)[0]  # the SLO bounds ttft p99 and tpot p95 only
+    usable, why = judge(med, 0.38, 0.15, 3, in_range=True, gating=slo_only)
+    assert usable and "knife-edge" in why
+    assert not judge(med, 0.38, 0.15, 3, in_range=False, gating=slo_only)[0]
+    assert not judge(med, 0.05, 0.15, 0, gating=slo_only)[0]  # nothing held back: unknown
+
+
+def test_capacity_range_widens_where_the_latency_curve_is_flat_at_the_bound():
+    """Batch 4, a decode step of 24 ms + 4 ms a sequence: TPOT sits at 40 ms once batches fill, 34 ms is the
+    bound; at +/- 20 % of latency the range spans what a flat curve allows, at 0 % it is one point."""
+    system = fake(batching=BatchingKnobs(max_batch_size=4, batch_wait_ms=0.0))
+    cost = model(system, decode=(0.024, 0.004, 0.0), prefill=(0.001, 0.0, 0.0))
+    wl = WorkloadConfig(
+        name="x",
+        seed=1,
+        num_requests=16,
+        arrival=ConstantArrivals(rate_per_s=2.0),
+        lengths=LengthConfig(input_median=16, input_sigma=0, output_median=12, output_sigma=0),
+    )
+    slo = SLOConfig(name="s", ttft_p99_ms=1000, tpot_p95_ms=34)
+    budget = CapacityBudget(max_probes=6, rel_tol=0.15, requests_per_probe=16)
+    lo0, hi0 = capacity_range(cost, system, wl, slo, budget, 0.0)
+    lo, hi = capacity_range(cost, system, wl, slo, budget, 0.2)
+    assert lo0 == hi0 and lo <= lo0 <= hi0 <= hi and hi > lo
