@@ -10,7 +10,6 @@ Four tasks, each in English and Chinese (two scripts, same task), so a change th
 Every example has a stable `id` and a `slice` {task, lang, context, risk[, distance]}. Evaluation examples
 come from a fixed seed and are held out of training by construction (`_holdout` on the operands / key and
 value / order id). The data in the tree follows the shipped weights' format (`shipped_kv_format`).
-
 Deliberately not here: training (`inferopt.model.quality.train`), lm-eval task files (`inferopt/gate/tasks/`),
 scoring and statistics (`inferopt.gate.sliced`).
 """
