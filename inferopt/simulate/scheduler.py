@@ -110,12 +110,13 @@ def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel) -> None
     """The hf worker loop: ask `static_batch` whenever the engine is free; arrivals beyond `max_queue` rejected."""
     knobs, cached_groups = policy.knobs, set()
     waiting: dict[str, _Req] = {}
+    keys = {id(q): str(k) for k, q in enumerate(reqs)}  # a preempted request returns under its own key
     now_s, i, n = 0.0, 0, len(reqs)
     while i < n or waiting:
         while i < n and reqs[i].arrival_s <= now_s:
             q = reqs[i]
             if admit_on_arrival(knobs, len(waiting)):
-                waiting[str(i)] = q
+                waiting[keys[id(q)]] = q
             else:
                 q.outcome, q.done_s = "rejected", q.arrival_s
             i += 1
@@ -130,7 +131,7 @@ def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel) -> None
                 now_s = _static_batch(batch, now_s, cost, hits)
             else:
                 now_s, preempted = _static_batch_kv(batch, now_s, cost, hits, policy.kv_tokens)
-                waiting.update((str(reqs.index(q)), q) for q in preempted)  # back in line at its own arrival
+                waiting.update((keys[id(q)], q) for q in preempted)  # back in line at its own arrival
             now_s += cost.overheads.batch_gap_s
             cached_groups.update(int(q.row["prefix_group"]) for q in batch if int(q.row["prefix_group"]) >= 0)
             continue

@@ -69,6 +69,14 @@ def model(system, decode=(0.024, 0.004, 0.002), prefill=(0.005, 0.0, 0.0)) -> Co
     )
 
 
+def workload(n: int, rate_per_s: float, output_len: int) -> WorkloadConfig:
+    """n fixed-length requests (16-token prompts) at constant gaps."""
+    lengths = LengthConfig(input_median=16, input_sigma=0, output_median=output_len, output_sigma=0)
+    return WorkloadConfig(
+        name="x", seed=1, num_requests=n, arrival=ConstantArrivals(rate_per_s=rate_per_s), lengths=lengths
+    )
+
+
 def table(offsets, input_len, output_len) -> pd.DataFrame:
     n = len(offsets)
     return pd.DataFrame(
@@ -205,13 +213,7 @@ def test_a_fit_on_batches_of_one_cannot_tell_a_batch_of_eight_and_says_so():
 def test_extrapolation_names_the_steps_a_batch_one_fit_never_measured():
     system = fake(batching=BatchingKnobs(max_batch_size=1, batch_wait_ms=0.0), decode_ms_per_seq=0.0)
     truth = model(system, decode=(0.001, 0.0, 0.0))
-    wl = WorkloadConfig(
-        name="x",
-        seed=1,
-        num_requests=30,
-        arrival=ConstantArrivals(rate_per_s=300.0),
-        lengths=LengthConfig(input_median=16, input_sigma=0, output_median=3, output_sigma=0),
-    )
+    wl = workload(30, 300.0, 3)
     run, _ = simulated_run(truth, system, wl, 300.0, 30, 1)
     cost = fit_static(run.records, system)
     assert extrapolation(cost, system, wl, 300.0, 30) == ""
@@ -235,13 +237,7 @@ def test_capacity_range_widens_where_the_latency_curve_is_flat_at_the_bound():
     bound; at +/- 20 % of latency the range spans what a flat curve allows, at 0 % it is one point."""
     system = fake(batching=BatchingKnobs(max_batch_size=4, batch_wait_ms=0.0))
     cost = model(system, decode=(0.024, 0.004, 0.0), prefill=(0.001, 0.0, 0.0))
-    wl = WorkloadConfig(
-        name="x",
-        seed=1,
-        num_requests=16,
-        arrival=ConstantArrivals(rate_per_s=2.0),
-        lengths=LengthConfig(input_median=16, input_sigma=0, output_median=12, output_sigma=0),
-    )
+    wl = workload(16, 2.0, 12)
     slo = SLOConfig(name="s", ttft_p99_ms=1000, tpot_p95_ms=34)
     budget = CapacityBudget(max_probes=6, rel_tol=0.15, requests_per_probe=16)
     lo0, hi0 = capacity_range(cost, system, wl, slo, budget, 0.0)
