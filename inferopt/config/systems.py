@@ -407,6 +407,14 @@ class VLLMSystem(Frozen):
     tracing: bool = Field(
         default=True, description="per-request OpenTelemetry spans to a local receiver (the phase join)"
     )
+    diagnostic_decode_delay_ms: NonNegativeFloat = Field(
+        default=0.0,
+        le=1000.0,
+        description="DIAGNOSTIC, never production: the engine core sleeps this long in every step that decodes "
+        "(after the forward, before the step's tokens go out; our vLLM plugin, scripts/vllm_plugin), a planted "
+        "TPOT regression that is real engine time, for measuring the verdict's error rates "
+        "(benchmarks/verdict_error_rates.py --engine vllm); a candidate using it must say diagnostic: true",
+    )
     extra_args: tuple[str, ...] = Field(default=(), description="further `vllm serve` flags, passed verbatim")
     extra_env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: Seconds = 600.0

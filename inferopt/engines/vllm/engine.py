@@ -42,6 +42,7 @@ __all__ = ["VLLMEngine"]
 
 ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER = Path(__file__).resolve().with_name("launch.py")
+PLUGIN_MODULE = "inferopt_vllm_diagnostic"  # our vLLM plugin (scripts/vllm_plugin), for the diagnostic knob
 STOP_GRACE_S = 15.0
 SPAN_WAIT_S = 10.0
 WARMUP_PREFIX = "warmup-"  # the load runner's warm-up request ids
@@ -100,6 +101,8 @@ class VLLMEngine(EngineBase):
                 f"vllm engine: no interpreter at {python}; fix: run scripts/setup_vllm.sh "
                 f"(CPU) or set `python:` in the system config to an interpreter that has vllm"
             )
+        if s.diagnostic_decode_delay_ms:
+            await asyncio.to_thread(_require_plugin, python)
         model_dir = resolve_model_dir(s.model)
         try:
             startup_s, reset = await self._launch(model_dir)
@@ -323,6 +326,20 @@ class VLLMEngine(EngineBase):
             if sp is not None:
                 out[rid] = timings_from_vllm_span(sp, offset_s=offset)
         return out
+
+
+def _require_plugin(python: Path) -> None:
+    """A planted decode delay needs our vLLM plugin in that interpreter; without it the delay would silently not
+    happen and an error-rate measurement would count misses of a regression that was never there."""
+    probe = subprocess.run(
+        [str(python), "-c", f"import {PLUGIN_MODULE}"], capture_output=True, text=True, timeout=60, check=False
+    )
+    if probe.returncode != 0:
+        raise RuntimeError(
+            f"vllm engine: diagnostic_decode_delay_ms is set but {python} lacks inferopt's vLLM plugin "
+            f"({PLUGIN_MODULE}); fix: bash scripts/setup_vllm.sh (CPU) or "
+            f"{python} -m pip install --no-deps {ROOT / 'scripts' / 'vllm_plugin'}"
+        )
 
 
 def terminate_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> int | None:

@@ -23,6 +23,7 @@ from inferopt.transport.prometheus import metric_sum, split_key
 __all__ = ["log_tail", "serve_args", "server_env", "vllm_metrics"]
 
 LOG_TAIL_CHARS = 4000
+DECODE_DELAY_ENV = "INFEROPT_DIAGNOSTIC_DECODE_DELAY_MS"  # read by our vLLM plugin (scripts/vllm_plugin)
 
 
 def serve_args(
@@ -91,7 +92,7 @@ def server_env(system: VLLMSystem, base: dict[str, str] | None = None) -> dict[s
     """The server's environment (pure given `base`): dev-mode routes on (prefix-cache reset), OTLP over
     HTTP/protobuf with a 100 ms batch delay (spans arrive while the run is still going), passive OpenMP
     waits (busy-waiting threads starve the client on a small CPU box), `VLLM_TARGET_DEVICE=cpu` for a CPU
-    system (no platform guessing), then `system.extra_env`."""
+    system (no platform guessing), the diagnostic decode delay when planted, then `system.extra_env`."""
     env = dict(os.environ if base is None else base)
     env.update(
         {
@@ -107,6 +108,9 @@ def server_env(system: VLLMSystem, base: dict[str, str] | None = None) -> dict[s
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if system.device == "cpu":
         env["VLLM_TARGET_DEVICE"] = "cpu"
+    env.pop(DECODE_DELAY_ENV, None)  # planted only by the system's own diagnostic knob, never inherited
+    if system.diagnostic_decode_delay_ms:
+        env[DECODE_DELAY_ENV] = repr(float(system.diagnostic_decode_delay_ms))
     env.update(system.extra_env)
     return env
 
