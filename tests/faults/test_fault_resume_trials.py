@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from inferopt.ablate import ablate
 from inferopt.ablate.resume import TRIALS, archive_attempt, trial_path
 from inferopt.config import load_config
@@ -16,6 +18,7 @@ from inferopt.records import read_records
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_a_resumed_ablation_loads_the_finished_trials_and_reruns_only_the_rest(tmp_path: Path) -> None:
     cand = load_config(
         ROOT / "configs/candidates/fake-batching.yaml", **{"ablation.repeats": 2, "ablation.num_requests": 24}

@@ -8,9 +8,9 @@ forward (spies on transformers' `ALL_ATTENTION_FUNCTIONS`, its eager function an
 the `Literal` values of `HFSystem`'s fields, so a value added there without a check here fails.
 
 What cannot run here skips with `inferopt.engines.unavailable_reason`'s words (flash attention off CUDA; double
-quant on an AVX512-BF16 CPU, where a test shows bitsandbytes undoing it). flex_attention is `slow`: torch.compile
-on CPU. Deliberately not here: token-for-token equality with `generate` (test_quantized_arms.py,
-test_hf_engine.py) and output quality.
+quant on an AVX512-BF16 CPU, where a test shows bitsandbytes undoing it). flex_attention (torch.compile on CPU)
+and quanto int4 (its packing) are `slow`. Deliberately not here: token-for-token equality with `generate`
+(test_quantized_arms.py, test_hf_engine.py) and output quality.
 """
 
 from __future__ import annotations
@@ -371,7 +371,10 @@ SUB_OPTIONS: dict[str, tuple[dict[str, Any], Callable[[Served], None]]] = {
     ),
     "quanto-int4+residual_2": ({"kv_cache": "quanto-int4", "kv_residual_length": 2}, check_short_residual),
 }
-SLOW = {("attn_implementation", "flex_attention")}  # torch.compile of flex_attention on CPU: ~30-80 s here
+SLOW = {  # still run in CI; off the fast suite (~5 min)
+    ("attn_implementation", "flex_attention"),  # torch.compile of flex_attention on CPU: ~30-80 s here
+    ("weight_quantization", "quanto-int4"),  # quanto's int4 packing of every linear: ~33 s here
+}
 
 
 def knob_values(knob: str) -> tuple[Any, ...]:

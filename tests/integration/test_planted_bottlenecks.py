@@ -65,6 +65,7 @@ def test_prefill_bound_is_compute(tmp_path: Path) -> None:
     assert ops.groupby("phase")["share"].sum().round(6).eq(1.0).all()
 
 
+@pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_decode_bound_is_bandwidth_and_says_how_much_is_host(tmp_path: Path) -> None:
     cfg, m, loc = _locate("decode-bound", tmp_path)
     v = loc.diagnosis

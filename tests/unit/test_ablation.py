@@ -40,6 +40,7 @@ def test_arms_differ_only_in_the_changes() -> None:
     assert diff == {"batching"}
 
 
+@pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_batching_helps_queue_bound_fake_load(tmp_path: Path) -> None:
     res = ablate(_candidate(**{"ablation.repeats": 3}), tmp_path)
     eff = res.effects[res.effects["arm"] == "candidate"].set_index("metric")  # effects hold every arm (A/A too)

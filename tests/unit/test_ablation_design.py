@@ -117,6 +117,7 @@ def test_sequential_stops_early_on_a_big_effect(tmp_path: Path) -> None:
     assert last["stop"].all() and last["arm_decided"].all() and (last["alpha"] == s["alpha_used"]).all()
 
 
+@pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_sequential_runs_to_the_maximum_when_nothing_changes(tmp_path: Path) -> None:
     # a change with no effect on timing (the system's name): every look is undecided, the run goes to max
     cand = _fast({"name": "fake-renamed"}, ["tpot_ms_p50"], min_repeats=3, max_repeats=5, alpha=0.01)
@@ -209,6 +210,7 @@ def test_statically_unavailable_arm_never_starts(tmp_path: Path, monkeypatch: py
 # --------------------------------------------------------------------------- interaction
 
 
+@pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_interaction_flagged_when_gains_do_not_multiply(tmp_path: Path) -> None:
     # TPOT = decode_step_ms + decode_ms_per_seq x live: each change alone cuts one term (x0.6 or so), both
     # together cut both — an additive model in ms, so the combined ratio is far below the product of the two

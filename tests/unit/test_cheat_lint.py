@@ -451,6 +451,7 @@ def test_a_post_run_refusal_makes_the_verdict_at_best_inconclusive() -> None:
     assert _decide([]).decision == "accept" and "lint (V4 benchmark cheats): clean" in _decide([]).reasons
 
 
+@pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_lint_run_on_the_fake_candidate_is_clean(tmp_path: Path) -> None:
     """The whole lint over a real measure + ablation + validation of the fake candidate: only the fake note."""
     from inferopt.measure.step import measure

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from inferopt.config import (
     FakeSystem,
@@ -71,6 +72,7 @@ def _burst(order: str, tmp_path: Path):
     return res
 
 
+@pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_a_strict_priority_scheduler_starves_the_low_priority_tenant(tmp_path: Path) -> None:
     strict = _burst("strict", tmp_path)
     assert any(s.startswith("tenant=b") for s in strict.fairness.starved), strict.fairness.table

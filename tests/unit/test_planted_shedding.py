@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from inferopt.ablate.run import ablate, fresh_fake_noise
 from inferopt.config import CandidateConfig, load_config
@@ -16,6 +17,7 @@ from inferopt.config import CandidateConfig, load_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_an_arm_that_sheds_its_slowest_requests_is_reported_worse_not_faster(tmp_path: Path) -> None:
     d = load_config(ROOT / "configs/candidates/fake-batching.yaml").model_dump()
     d["changes"] = {"batching.max_queue": 3}  # the baseline queues without bound at batch 1
