@@ -45,7 +45,9 @@ class CapacityBudget:
     """How far the search may go. `start_req_per_s` None: the workload's own rate; `requests_per_probe` None:
     the workload's `num_requests`; `max_req_per_s` caps the doubling; `boundary_repeats` re-runs the highest
     passing rate with fresh seeds after the search; `min_served_ratio`: completions per arrival while the load
-    arrives below which (with a growing queue) a probe is saturated."""
+    arrives below which (with a growing queue) a probe is saturated; `min_probe_s`: each probe's arrivals span at
+    least this long (more requests at higher rates, at most `max_requests_per_probe`), so that a fast rate is a
+    sustained load and not a burst of a few dozen requests that any queue absorbs."""
 
     start_req_per_s: float | None = None
     max_probes: int = 12
@@ -55,6 +57,8 @@ class CapacityBudget:
     max_halvings: int = 4
     boundary_repeats: int = 0
     min_served_ratio: float = 0.95
+    min_probe_s: float | None = None
+    max_requests_per_probe: int = 2000
 
     def __post_init__(self) -> None:
         problems = budget_problems(self)
@@ -80,6 +84,10 @@ def budget_problems(b: CapacityBudget) -> list[str]:
         out.append(f"rel_tol={b.rel_tol}: must be in (0, 1), e.g. 0.05 (bracket within 5 %)")
     if b.requests_per_probe is not None and b.requests_per_probe < 2:
         out.append(f"requests_per_probe={b.requests_per_probe}: a rate needs at least 2 requests; fix: 40-80")
+    if b.min_probe_s is not None and not b.min_probe_s > 0:
+        out.append(f"min_probe_s={b.min_probe_s}: a duration must be > 0 (or None: a fixed count per probe)")
+    if b.max_requests_per_probe < 2:
+        out.append(f"max_requests_per_probe={b.max_requests_per_probe}: must be >= 2")
     if b.max_halvings < 0 or b.boundary_repeats < 0:
         out.append("max_halvings and boundary_repeats must be >= 0")
     if not 0 < b.min_served_ratio <= 1:
@@ -212,6 +220,16 @@ def workload_rate_per_s(workload: WorkloadConfig) -> float:
             "has no arrival rate to scale; fix: a trace with at least two distinct timestamps"
         )
     return (len(offsets) - 1) / span_s
+
+
+def probe_requests(budget: CapacityBudget, rate_per_s: float, workload_requests: int) -> int:
+    """How many requests a probe at `rate_per_s` replays: `requests_per_probe` (else the workload's count), and
+    with `min_probe_s` at least that many seconds of arrivals, capped at `max_requests_per_probe`."""
+    n = budget.requests_per_probe or workload_requests
+    if budget.min_probe_s is None:
+        return n
+    longer = math.ceil(rate_per_s * budget.min_probe_s) + 1  # n arrivals span (n - 1) / rate
+    return max(n, min(longer, budget.max_requests_per_probe))
 
 
 def probe_workload(
@@ -406,7 +424,8 @@ class _Search:
 
 def _run_probe(s: _Search, index: int, phase: ProbePhase, rate: float, seed: int, prev: Probe | None) -> Probe:
     """Replay the workload at `rate`, keep its records in `probe-NN/`, append its row to `probes.jsonl`."""
-    wl = probe_workload(s.workload, rate, s.base_rate_per_s, s.budget.requests_per_probe, seed)
+    n = probe_requests(s.budget, rate, s.workload.num_requests)
+    wl = probe_workload(s.workload, rate, s.base_rate_per_s, n, seed)
     path = s.out_dir / f"probe-{index:02d}" / "requests.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     tags = RunTags(run_tag=s.tags.run_tag, arm=s.tags.arm, trial=index, scenario=f"capacity-{index:02d}")

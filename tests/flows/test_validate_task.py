@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from inferopt.records import read_records
 
 
-@pytest.mark.slow  # ~25 s here, most of it MLflow's sqlite store
+@pytest.mark.slow  # ~10 s here, most of it MLflow's sqlite store
 def test_validate_task_logs_tables_and_verdicts(mlflow_uri, in_repo: Path) -> None:
     from inferopt.config.loader import load_config
     from tasks.tracking import Tracker
@@ -25,8 +25,9 @@ def test_validate_task_logs_tables_and_verdicts(mlflow_uri, in_repo: Path) -> No
         {
             "name": "overload",
             "kind": "overload",
-            "rate_scale": 4,
-            "admission_limit": 3,
+            "rate_scale": 8,
+            "admission_limit": 8,
+            "num_requests": 60,
             "retry": {"max_attempts": 2, "base_backoff_s": 0.01},
         },
     ]
@@ -55,10 +56,13 @@ def test_validate_task_logs_tables_and_verdicts(mlflow_uri, in_repo: Path) -> No
     assert (
         "overload.rejected_rate" in m and "overload.unbounded.ttft_ms_p99" in m and "steady.fairness_jain_tenant" in m
     )
-    # admission control holds the SLOs on the admitted requests (TTFT p99 ~40 ms of 200) at ~0.65 x the goodput
+    # a real overload: the unbounded queue misses the TTFT SLO (p99 ~275 ms of 200 here) while admission control
+    # holds it on the admitted requests (~46 ms) at ~1.3 x the unbounded queue's goodput. (At 4 x with bound 3 the
+    # unbounded queue met the SLO and the ratio, ~0.6, sat next to the 0.5 floor: a loaded CI box fell under it.)
+    assert m["overload.unbounded.ttft_ms_p99"] > 200 and m["overload.goodput_ratio_vs_unbounded"] > 1.0
     assert m["overload.passed"] == 1.0 and "overload.fairness.tenant:default.share_ratio" in m
     assert run.data.tags["inferopt.scenario.overload"] == "pass"
     verdicts = json.loads((tracker.dir_for(STEP) / "scenario_verdicts.json").read_text())
-    assert verdicts["overload"]["reasons"][0].startswith("admission control (queue bound 3)")
+    assert verdicts["overload"]["reasons"][0].startswith("admission control (queue bound 8)")
     scenario_ids = {r.scenario for r in read_records(tracker.dir_for(STEP) / "requests.jsonl")}
     assert {"steady", "burst", "overload", "overload-unbounded"} <= scenario_ids  # the comparison run's records too

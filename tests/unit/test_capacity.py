@@ -5,6 +5,7 @@ arrivals: a D/D/1 queue, whose capacity under a generous latency SLO is 1 / serv
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,6 +30,7 @@ from inferopt.validate.capacity import (
     bracket,
     capacity,
     next_probe,
+    probe_requests,
     probe_table,
     probe_workload,
     saturation_reasons,
@@ -139,6 +141,8 @@ def test_bad_budgets_are_refused_with_the_fix():
         ({"start_req_per_s": 10.0, "max_req_per_s": 5.0}, "empty rate range"),
         ({"rel_tol": 0.0}, "rel_tol"),
         ({"requests_per_probe": 1}, "requests_per_probe"),
+        ({"min_probe_s": 0.0}, "min_probe_s"),
+        ({"max_requests_per_probe": 1}, "max_requests_per_probe"),
     ]:
         with pytest.raises(ValueError, match=words):
             CapacityBudget(**kwargs)
@@ -167,6 +171,16 @@ def test_probe_keeps_the_mix_and_realises_the_offered_rate():
     slow = probe_table(probe_workload(base, 10.0, 5.0, None, base.seed), 10.0)
     assert (slow["input_len"] == table["input_len"]).all()  # same draw, only the clock stretched
     assert slow["arrival_offset_s"].to_numpy() == pytest.approx(2.0 * table["arrival_offset_s"].to_numpy())
+
+
+def test_a_probe_spans_at_least_min_probe_s_of_arrivals_up_to_the_cap():
+    fixed = CapacityBudget(requests_per_probe=30)
+    assert probe_requests(fixed, 1000.0, 64) == 30  # no duration asked: the count, whatever the rate
+    assert probe_requests(CapacityBudget(), 1000.0, 64) == 64  # the workload's own count
+    timed = CapacityBudget(requests_per_probe=30, min_probe_s=3.0, max_requests_per_probe=500)
+    assert probe_requests(timed, 5.0, 64) == 30  # 30 arrivals at 5/s already span 5.8 s
+    assert probe_requests(timed, 100.0, 64) == 301  # (301 - 1) / 100 = 3 s of arrivals, not a 0.3 s burst
+    assert probe_requests(timed, 10_000.0, 64) == 500  # bounded in count
 
 
 # ------------------------------------------------------------------------------------------ on the fake engine
@@ -215,6 +229,16 @@ def test_every_probe_keeps_its_records_and_row(planted_search):
     fig = capacity_curve(table, r.slo_bounds_ms, (r.lo_req_per_s, r.hi_req_per_s))
     assert len(fig.axes) == 2 and {ln.get_label() for ln in fig.axes[1].lines} >= {"ttft", "tpot"}
     plt.close(fig)
+
+
+def test_with_min_probe_s_each_probe_replays_its_rate_for_that_long(tmp_path):
+    system = planted(decode_step_ms=50.0)  # 20 req/s
+    budget = CapacityBudget(max_probes=3, rel_tol=0.2, requests_per_probe=6, min_probe_s=1.0)
+    r = capacity(system, workload(14.0), GENEROUS, tmp_path, budget=budget)
+    assert [p.offered_req_per_s for p in r.probes][:2] == [14.0, 28.0]
+    for p in r.probes:  # 15 and 29 requests, not 6 arrivals in 0.4 and 0.2 s
+        assert p.requests == probe_requests(budget, p.offered_req_per_s, 40) == math.ceil(p.offered_req_per_s) + 1
+        assert len(Path(p.records_path).read_text().splitlines()) == p.requests
 
 
 def test_a_budget_too_small_to_bracket_says_so(tmp_path):
