@@ -30,6 +30,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from prefect import flow  # noqa: E402
 
 from inferopt.ablate.dispatch import run_arm_trials, trial_config  # noqa: E402
+from tasks.dispatch import require_child  # noqa: E402
 
 
 @flow(name="arm", log_prints=False, validate_parameters=True)
@@ -40,12 +41,7 @@ def arm_flow(
     MLflow run `arm_run_id` (a child of `parent_run_id`) on `tracking_uri`."""
     cfg = trial_config(config)
     client = MlflowClient(tracking_uri=tracking_uri)
-    parent_tag = client.get_run(arm_run_id).data.tags.get("mlflow.parentRunId")
-    if parent_tag != parent_run_id:
-        raise ValueError(
-            f"arm_run_id {arm_run_id} is not a child of parent_run_id {parent_run_id} "
-            f"(its parent: {parent_tag}); fix: pass the run the optimize flow created for arm-{arm}"
-        )
+    require_child(client, arm_run_id, parent_run_id, "arm_run_id", f"pass the run the optimize flow made for arm-{arm}")
     out = Path(os.environ.get("INFEROPT_RESULTS", "results")) / parent_run_id / f"arm-{arm}" / "worker"
     host = socket.gethostname()
     client.log_batch(

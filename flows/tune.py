@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, Literal
 
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -41,10 +41,13 @@ from inferopt.config.yaml_io import parse_yaml  # noqa: E402
 from inferopt.validate.capacity import CapacityBudget  # noqa: E402
 from inferopt.verdict.lint import refuse_cheats  # noqa: E402
 from inferopt.verdict.tuned import Judged, chain_outcome  # noqa: E402
+from tasks.dispatch import online_workers  # noqa: E402
+from tasks.dispatch_points import PointDispatch, point_runner  # noqa: E402
 from tasks.tracking import Tracker  # noqa: E402
 from tasks.tune import log_chain, tune_task  # noqa: E402
 
 DEFAULT_HARDWARE = "configs/hardware/cpu.yaml"
+DISPATCH_KEYS = ("dispatch", "parallel", "point_deployment")  # where points run, not what the search is
 
 
 def load_inputs(
@@ -109,17 +112,24 @@ def tune(
     judge: int = 1,
     prune: bool = False,
     experiment: str = "inferopt",
+    dispatch: Literal["inline", "workers"] = "inline",
+    parallel: int | None = None,
+    point_deployment: str = "point/point",
+    dispatch_timeout_s: float = 3600.0,
 ) -> dict[str, Any]:
     """Search `system` (a system YAML) for the change that raises its capacity under `slo` on `workload`; `budget`:
     capacity searches, the baseline's included; `capacity`: CapacityBudget fields (e.g. {"requests_per_probe": 40});
     `spaces`: {dotted field: values} searched instead of the engine's declared knob spaces; `overrides`:
     {"workload.num_requests": 16, ...}; `judge`: how many of the ranked points (the recommendation, then its
     ties) go through flows.optimize (0: the search alone); `prune`: the simulator, calibrated on the baseline,
-    predicts every point and only what it keeps is measured (`inferopt.choose.pruning`)."""
+    predicts every point and only what it keeps is measured (`inferopt.choose.pruning`); `dispatch`: "workers"
+    runs each point's capacity search as a flow run of `point_deployment` on its work pool (tasks/dispatch_points.py),
+    `parallel` at a time (default: the pool's workers online now), each waited for up to `dispatch_timeout_s`."""
     args = {"system": system, "workload": workload, "slo": slo, "hardware": hardware, "budget": budget}
     more = {"capacity": capacity, "spaces": spaces, "control": control, "overrides": overrides, "judge": judge}
     more["prune"] = prune
     configs, tb, knobs = load_task(**args, **more)
+    width = dispatch_width(dispatch, parallel, point_deployment)  # before MLflow starts: a bad pool says so first
     tags = {"inferopt.kind": "tune", "inferopt.system": configs[0].name, "inferopt.config_path": system}
     tracker = Tracker.start(run_name=f"tune-{configs[0].name}", experiment=experiment, tags=tags)
     print(f"[tune] MLflow run {tracker.parent_run_id}; results in {tracker.results_dir}")
@@ -129,7 +139,10 @@ def tune(
         tracker.params({**args, **shown, "overrides": overrides or {}})
         resolved = dict(zip(("system", "workload", "slo", "hardware"), configs, strict=True))
         tracker.json(redacted({k: c.model_dump(mode="json") for k, c in resolved.items()}), "inputs.resolved.json")
-        result = tune_task(configs, tb, tracker, knobs)
+        paths = {k: args[k] for k in ("system", "workload", "slo", "hardware")}
+        where = PointDispatch(point_deployment, paths, overrides, tb.capacity, timeout_s=dispatch_timeout_s)
+        runner = point_runner(where, tracker) if dispatch == "workers" else None
+        result = tune_task(configs, tb, tracker, knobs, run_points=runner, parallel=width)
         judged = [judge_point(label, path, experiment) for label, path in result.candidates[:judge]]
         outcome = chain_outcome(result.decision, judged)
         log_chain(tracker, result, outcome)
@@ -148,6 +161,31 @@ def tune(
         "report": str(tracker.results_dir / "report.html"),
         "pruning": result.pruning.summary() if result.pruning is not None else None,
     }
+
+
+def dispatch_width(dispatch: str, parallel: int | None, deployment: str) -> int:
+    """How many points run at once: 1 inline; on workers `parallel`, or the deployment's pool's workers online
+    now (at least 1). ValueError naming the fix for a bad value or a deployment Prefect does not know."""
+    if dispatch not in ("inline", "workers"):
+        raise ValueError(f"dispatch {dispatch!r}: one of inline, workers; fix: --dispatch workers")
+    if parallel is not None and parallel < 1:
+        raise ValueError(f"--parallel {parallel}: points at once must be >= 1; fix: the number of worker nodes")
+    if dispatch == "inline":
+        return 1
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            pool, online = online_workers(client, deployment)
+        except ObjectNotFound:
+            raise ValueError(
+                f"--dispatch workers: Prefect has no deployment {deployment!r}; fix: INFEROPT_REPO=$PWD prefect "
+                "deploy --all (prefect.yaml registers point/point on the pool arms)"
+            ) from None
+    width = parallel or max(1, online)
+    print(f"[tune] points run on {deployment} (pool {pool}, {online} worker(s) online), {width} at a time", flush=True)
+    return width
 
 
 def judge_point(label: str, candidate: str, experiment: str) -> Judged:
@@ -203,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         default=False,
         help="predict every point with the simulator calibrated on the baseline; measure only what it keeps",
     )
+    parser.add_argument(
+        "--dispatch",
+        choices=["inline", "workers"],
+        default="inline",
+        help="workers: each point's capacity search runs as a flow run of --point-deployment (one per worker node)",
+    )
+    parser.add_argument("--parallel", type=int, default=None, help="points at once on workers (default: online)")
+    parser.add_argument("--point-deployment", default="point/point")
     parser.add_argument("--serve", action="store_true", help="serve the optimize/system deployment")
     args = parser.parse_args(argv)
     try:  # refuse bad input before Prefect, MLflow or any engine starts
@@ -218,9 +264,14 @@ def main(argv: list[str] | None = None) -> int:
             "overrides": parse_set_items(args.set) or None,
             "judge": args.judge,
             "prune": args.prune,
+            "dispatch": args.dispatch,
+            "parallel": args.parallel,
+            "point_deployment": args.point_deployment,
         }
         if not args.serve:
-            load_inputs(**kwargs)
+            load_inputs(**{k: v for k, v in kwargs.items() if k not in DISPATCH_KEYS})
+            if args.parallel is not None:
+                dispatch_width("inline", args.parallel, args.point_deployment)  # the value; the pool at run time
     except ConfigError as exc:  # CheatRefused included
         print(f"config error: {exc}", file=sys.stderr)
         return 2

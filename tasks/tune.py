@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from prefect import task
 
 from inferopt.choose.ranking import Point
-from inferopt.choose.search import TuneBudget, TuneResult, tune
+from inferopt.choose.search import PointRunner, TuneBudget, TuneResult, tune
 from inferopt.config import AnySystem, HardwareConfig, SLOConfig, WorkloadConfig
 from inferopt.config.knob_spaces import KnobSpace
 from inferopt.locate import profile_enabled
@@ -42,6 +42,8 @@ def tune_task(
     budget: TuneBudget,
     tracker: Tracker,
     spaces: Sequence[KnobSpace] | None = None,
+    run_points: PointRunner | None = None,
+    parallel: int = 1,
 ) -> TuneResult:
     system, workload, slo, hardware = configs
     result = tune(
@@ -55,6 +57,8 @@ def tune_task(
         on_point=lambda p: log_point(tracker, p),
         profile=profile_enabled(),
         run_tag=tracker.parent_run_id,
+        run_points=run_points,
+        parallel=parallel,
     )
     log_baseline(tracker, result)
     log_result(tracker, result)

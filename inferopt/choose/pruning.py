@@ -3,13 +3,14 @@ the simulator cannot rule out, decide on measurements only.
 
 After the baseline's capacity search, `plan_pruning` fits the simulator on the baseline's probes and judges it on
 the baseline's held-back probes (`simulate.calibrate.calibrate_baseline`), predicts every candidate's capacity
-under the SLO (`calibrate.simulated_capacity`) and asks `simulate.prune.prune` which to measure: the top few,
-those that could still be the best given the simulator's error and the capacity search's `rel_tol` (a
-simulated capacity is bracketed no finer), those it refuses to predict (another dtype, engine, model), the
-predicted frontier and any control arm. An unusable calibration prunes nothing (the plain search runs) and says
-so. `pruning_report` then sets every point's prediction beside its measurement (simulated-only points marked
-`kind="predicted"`), the real trials against the full grid, and whether the simulator's top pick was the
-measured one. Deliberately not here: running anything (the search measures), the decision (`choose.ranking`).
+under the SLO (`calibrate.simulated_capacity`) and asks `simulate.prune.prune` which to measure: the top few
+(its top pick always), those that could still be the best given the simulator's error and the capacity search's
+`rel_tol` (a simulated capacity is bracketed no finer), those it refuses to predict (another dtype, engine,
+model) and any control arm; the predicted frontier is reported, measured only with `frontier`. An unusable
+calibration prunes nothing (the plain search runs) and says so. `pruning_report` then sets every point's
+prediction beside its measurement (simulated-only points marked `kind="predicted"`), the real trials against
+the full grid, and whether the simulator's top pick was the measured one. Deliberately not here: running
+anything (the search measures), the decision (`choose.ranking`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from inferopt.simulate.calibrate import (
 from inferopt.simulate.costs import system_fingerprint
 from inferopt.simulate.observe import fitter_for
 from inferopt.simulate.prune import PruneDecision, prune
-from inferopt.validate.capacity import CapacityBudget
+from inferopt.validate.capacity import CapacityBudget, probe_requests
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,9 @@ class PrunePlan:
         return self.decision.usable
 
     def to_measure(self) -> list[Candidate]:
-        """The kept points other than the baseline, in the search's order (the located cause's levers first)."""
+        """The kept points other than the baseline, in the search's order (the located cause's levers first): the
+        full search's order, so that points measured by both get the same indices and a tie on capacity, broken
+        by index, breaks the same way."""
         return [self.candidates[i] for i in self.decision.measure if i != 0]
 
     @property
@@ -95,7 +98,7 @@ def plan_pruning(
     capacity_budget: CapacityBudget,
     *,
     top_k: int = 2,
-    frontier: bool = True,
+    frontier: bool = False,
     bound: float = DEFAULT_BOUND,
 ) -> PrunePlan:
     """Calibrate on the measured baseline, predict every candidate, decide which to measure (module docstring)."""
@@ -137,7 +140,7 @@ def _decide(
 
     def beyond(system: Any, cap: float) -> str:
         rate = max(cap, base.capacity.req_per_s if math.isfinite(base.capacity.req_per_s) else 0.0)
-        return extrapolation(cal.cost, system, workload, rate, budget.requests_per_probe)
+        return extrapolation(cal.cost, system, workload, rate, probe_requests(budget, rate, workload.num_requests))
 
     kw = {"top_k": top_k, "frontier": frontier, "always": always, "resolution": budget.rel_tol}
     return prune(systems, predict, cal, band=band, extrapolation=beyond, **kw)
@@ -151,7 +154,7 @@ def replan(
     budget: CapacityBudget,
     *,
     top_k: int = 2,
-    frontier: bool = True,
+    frontier: bool = False,
 ) -> PrunePlan:
     """The simulator refitted on every point measured so far whose costs it models (the baseline's fingerprint:
     other batch sizes, windows, queues; not another dtype) and the unmeasured points predicted again: the

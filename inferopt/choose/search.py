@@ -9,8 +9,8 @@ baseline plus the change; one more per tied point) that `flows.optimize` ablates
 budgets are refused before anything runs; an empty search space, a budget that leaves levers untried and an SLO
 nothing meets are results that say so.
 
-Sits above validate in the import layers (it composes steps 1, 2, 3 and validate's capacity). Deliberately
-not here: the decision (`choose.ranking`), the duels (`choose.duels`), the point sampler (`choose.sampler`),
+Sits above validate in the import layers (it composes steps 1, 2, 3 and validate's capacity). Not here: running
+the points (`choose.points`), deciding (`choose.ranking`), duels (`choose.duels`), sampling (`choose.sampler`),
 tracking (tasks/tune.py), the frontier figure (`report.plots.frontier`), the ablation and gate (flows.tune).
 """
 
@@ -25,11 +25,18 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from inferopt.choose.duels import run_duel
-from inferopt.choose.propose import Proposal, Proposals, propose
-from inferopt.choose.pruning import PrunePlan, PruneReport, plan_pruning, pruning_report, replan
+from inferopt.choose.points import (
+    PointRunner,
+    PointSearch,
+    in_order,
+    plan_points,
+    search_kept,
+    search_points,
+    slug,
+)
+from inferopt.choose.propose import Proposals, propose
+from inferopt.choose.pruning import PruneReport, pruning_report
 from inferopt.choose.ranking import (
-    ChosenBy,
     Decision,
     Duel,
     Point,
@@ -38,10 +45,8 @@ from inferopt.choose.ranking import (
     compare_line,
     decide,
     pareto,
-    show_value,
 )
 from inferopt.choose.remedies import remedies_for_changes
-from inferopt.choose.sampler import allocate, select_points
 from inferopt.config import AnySystem, CandidateConfig, HardwareConfig, SLOConfig, WorkloadConfig
 from inferopt.config.knob_spaces import KNOB_SPACES, KnobSpace, current_value
 from inferopt.config.redact import REDACTED, redacted, redacted_paths
@@ -49,7 +54,7 @@ from inferopt.engines import EngineFactory, make_engine
 from inferopt.locate.step import LocateResult, locate_system
 from inferopt.measure.step import MeasureResult, measure_system
 from inferopt.simulate.calibrate import DEFAULT_BOUND
-from inferopt.validate.capacity import CapacityBudget, capacity
+from inferopt.validate.capacity import CapacityBudget
 
 TARGET_METRICS = ("goodput_req_per_s", "ttft_ms_p99")  # what a capacity gain shows at the production rate
 
@@ -67,7 +72,7 @@ class TuneBudget:
     control: str | None = None
     prune: bool = False  # the calibrated simulator predicts the whole space; only what it keeps is measured
     prune_top_k: int = 2  # measured whatever else the simulator says: the top few by predicted capacity
-    prune_frontier: bool = True  # ... and the predicted frontier (capacity vs per-user speed)
+    prune_frontier: bool = False  # also measure the predicted frontier (capacity vs per-user speed; always reported)
     sim_bound: float = DEFAULT_BOUND  # held-back error above this: the simulator prunes nothing
 
     def __post_init__(self) -> None:
@@ -231,73 +236,6 @@ class TuneResult:
         }
 
 
-class _Search:
-    """What every capacity search of one tune shares, and the points so far (kept as each finishes)."""
-
-    def __init__(self, system, workload, slo, out, budget, engine_factory, warmup_requests, run_tag, on_point):
-        self.system, self.workload, self.slo, self.out, self.budget = system, workload, slo, out, budget
-        self.kw = {"engine_factory": engine_factory, "warmup_requests": warmup_requests, "run_tag": run_tag}
-        self.on_point = on_point
-        self.points: list[Point] = []
-
-    def evaluate(self, proposal: Proposal | None, i: int, how: ChosenBy) -> Point:
-        """The capacity of the baseline (`proposal` None) or of the proposal's `i`-th value, kept and reported."""
-        idx = len(self.points)
-        system = self.system if proposal is None else proposal.systems[i]
-        label = "baseline" if proposal is None else f"{proposal.field}-{show_value(proposal.values[i])}"
-        where = self.out / "points" / f"{idx:02d}-{_slug(label)}"
-        cap = capacity(system, self.workload, self.slo, where, budget=self.budget.capacity, arm=label, **self.kw)
-        p = Point(
-            idx,
-            proposal.remedy if proposal else "",
-            proposal.field if proposal else "",
-            proposal.values[i] if proposal else None,
-            proposal.baseline_value if proposal else None,
-            proposal.cause if proposal else "",
-            bool(proposal and proposal.control),
-            how if proposal else "baseline",
-            system,
-            cap,
-        )
-        self.points.append(p)
-        with (self.out / "points.jsonl").open("a") as fh:
-            fh.write(json.dumps(p.row(), default=str) + "\n")
-        if self.on_point is not None:
-            self.on_point(p)
-        return p
-
-    def duel(self, leader: Point, rival: Point, rate_req_per_s: float) -> Duel:
-        """Both at `rate_req_per_s`, `confirm_repeats` fresh seeds each (`choose.duels.run_duel`)."""
-        b = self.budget
-        kw = {"workload": self.workload, "slo": self.slo, "out": self.out, "budget": b.capacity}
-        return run_duel(leader, rival, rate_req_per_s, **kw, repeats=b.confirm_repeats, **self.kw)
-
-
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:60]
-
-
-def _in_order(proposals: Proposals) -> list[Proposal]:
-    """The located cause's levers first, then the slices' causes', then a control arm."""
-    return sorted(proposals.proposals, key=lambda p: (p.control, p.cause != proposals.cause))
-
-
-def _search(s: _Search, order: Sequence[Proposal]) -> tuple[str, ...]:
-    """Every proposal's points within the budget (the baseline already spent one); returns what was left out."""
-    shares = allocate([len(p.values) for p in order], s.budget.max_trials - 1)
-    untried = []
-    for n, (proposal, k) in enumerate(zip(order, shares, strict=True)):
-        chosen = select_points(proposal.values, k, lambda i, how, p=proposal: s.evaluate(p, i, how), s.budget.seed + n)
-        left = [show_value(v) for v in proposal.values if all(c.value != v for c in chosen)]
-        if left:
-            untried.append(
-                f"{proposal.field} ({proposal.remedy}): {'every value' if k == 0 else ', '.join(left)} — the budget "
-                f"of {s.budget.max_trials} trials ran out; fix: --budget {1 + sum(len(p.values) for p in order)} "
-                "tries every point"
-            )
-    return tuple(untried)
-
-
 def recommendation(
     system: AnySystem, workload: WorkloadConfig, slo: SLOConfig, hardware: HardwareConfig, point: Point, why: str
 ) -> dict[str, Any]:
@@ -305,7 +243,7 @@ def recommendation(
     searched with (inline, so the file stands alone), secrets (`config.redact`: headers, a server's environment,
     credential-named fields) replaced by ***; checked to load as a candidate."""
     data = {
-        "name": _slug(f"{system.name}-tuned-{point.label}"),
+        "name": slug(f"{system.name}-tuned-{point.label}"),
         "description": f"recommended by inferopt tune: {why}",
         "baseline": system.model_dump(mode="json"),
         "changes": {point.field: point.value},
@@ -342,13 +280,18 @@ def tune(
     profile: bool = False,
     warmup_requests: int = 2,
     run_tag: str = "",
+    run_points: PointRunner | None = None,
+    parallel: int = 1,
 ) -> TuneResult:
     """Measure -> locate -> propose -> capacity per point -> decide (module docstring); files under `out_dir`:
     `measure/`, `points/NN-*/` (each capacity search's probes), `duels/`, `points.jsonl`, `tune.json` and,
     with a recommendation, `recommendation.yaml`. `spaces`: search these knob spaces instead of the engine's;
-    `on_point(point)` is called as each point finishes (the flow logs it). A bad search space raises
-    ValueError before anything runs; a baseline that cannot be measured raises RuntimeError."""
+    `on_point(point)` is called as each point finishes (the flow logs it); `run_points`: run the points' capacity
+    searches elsewhere (Prefect workers, tasks/dispatch_points.py), in waves of up to `parallel`. A bad search space
+    raises ValueError before anything runs; a baseline that cannot be measured raises RuntimeError."""
     problems = search_space_problems(system, spaces, budget.control)
+    if parallel < 1:
+        problems.append(f"parallel={parallel}: points run at once must be >= 1; fix: 1, or the number of workers")
     if problems:
         raise ValueError("tune: " + "; ".join(problems))
     out = Path(out_dir)
@@ -373,7 +316,8 @@ def tune(
     proposals = propose(
         system, located.diagnosis.cause, slice_causes(located, slo), control=budget.control, spaces=spaces
     )
-    s = _Search(system, workload, slo, out, budget, engine_factory, warmup_requests, run_tag, on_point)
+    s = PointSearch(system, workload, slo, out, budget, engine_factory, warmup_requests, run_tag, on_point)
+    s.run_points, s.width = run_points, parallel if run_points is not None else 1
     untried: tuple[str, ...] = ()
     pruned: PruneReport | None = None
     if not proposals.proposals:
@@ -382,42 +326,15 @@ def tune(
         base = s.evaluate(None, 0, "baseline")
         if base.capacity.status == "failed":
             raise RuntimeError(f"tune: the baseline's capacity could not be measured: {base.capacity.message}")
-        order = _in_order(proposals)
-        plan = _plan(s, base, order) if budget.prune else None
+        order = in_order(proposals)
+        plan = plan_points(s, base, order) if budget.prune else None
         if plan is not None and plan.usable:
-            untried, plan = _search_kept(s, plan)
+            untried, plan = search_kept(s, plan)
         else:
-            untried = _search(s, order)
+            untried = search_points(s, order)
         ranking = decide(base, s.points, s.duel)
         pruned = pruning_report(plan, s.points) if plan is not None else None
     return _conclude(s, hardware, measured, located, proposals, ranking, untried, pruned)
-
-
-def _plan(s: _Search, base: Point, order: Sequence[Proposal]) -> PrunePlan:
-    b = s.budget
-    kw = {"top_k": b.prune_top_k, "frontier": b.prune_frontier, "bound": b.sim_bound}
-    return plan_pruning(base, order, s.workload, s.slo, b.capacity, **kw)
-
-
-def _search_kept(s: _Search, plan: PrunePlan) -> tuple[tuple[str, ...], PrunePlan]:
-    """Measure the points the simulator kept, in the search's order, within the budget; the rest are predictions
-    (`PruneReport.table`), not untried points. While a kept point's prediction is an extrapolation, the model is
-    refitted after each measurement (`replan`) and what it no longer keeps is not measured. Returns the kept
-    points the budget left out and the last plan."""
-    room = s.budget.max_trials - 1
-    while (todo := [c for c in plan.to_measure() if c.label not in {p.label for p in s.points}]) and room > 0:
-        c = todo[0]
-        s.evaluate(c.proposal, c.value_index, "simulator")
-        room -= 1
-        if plan.extrapolated:
-            b = s.budget
-            plan = replan(plan, s.points, s.workload, s.slo, b.capacity, top_k=b.prune_top_k, frontier=b.prune_frontier)
-    left = [c.label for c in plan.to_measure() if c.label not in {p.label for p in s.points}]
-    if not left:
-        return (), plan
-    fix = f"fix: --budget {s.budget.max_trials + len(left)} measures every point the simulator kept"
-    why = f"{', '.join(left)} (kept by the simulator) — the budget of {s.budget.max_trials} trials ran out; {fix}"
-    return (why,), plan
 
 
 def _nothing_message(proposals: Proposals) -> str:
@@ -426,7 +343,7 @@ def _nothing_message(proposals: Proposals) -> str:
 
 
 def _conclude(
-    s: _Search,
+    s: PointSearch,
     hardware: HardwareConfig,
     measured: MeasureResult,
     located: LocateResult,

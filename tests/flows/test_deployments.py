@@ -50,18 +50,19 @@ def _deployment_run(lp, name: str, params: dict) -> subprocess.CompletedProcess:
 def test_candidate_deployment_runs_fails_and_nightly_is_scheduled(local_prefect) -> None:
     lp = local_prefect
     lp.start_worker("local")
+    earlier = {r.info.run_id for r in _runs(lp, "optimize")}  # the session's server: other tests' runs are there too
     try:
         # 4 repeats: the nightly check pairs repeats, and 2 pairs cannot show anything past Holm over 6 metrics
         ok = _deployment_run(lp, "optimize/candidate", {"candidate": FAKE, "overrides": {"ablation.repeats": 4}})
         assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:] + lp.worker_logs()
-        [parent] = _runs(lp, "optimize")
+        [parent] = [r for r in _runs(lp, "optimize") if r.info.run_id not in earlier]
         assert parent.info.status == "FINISHED"
         # noise on this box can fail an SLO by a hair under a worker: the promotion below handles either outcome
         verdict = parent.data.tags["inferopt.verdict"]
 
         bad = _deployment_run(lp, "optimize/candidate", {"candidate": "configs/candidates/does-not-exist.yaml"})
         assert bad.returncode != 0, bad.stdout[-2000:]
-        assert len(_runs(lp, "optimize")) == 1  # the config failed before any MLflow run was made
+        assert len(_runs(lp, "optimize")) == len(earlier) + 1  # the config failed before any MLflow run was made
 
         # the nightly deployment: registered with its cron schedule, read back from the server
         from prefect.client.orchestration import get_client
@@ -70,8 +71,9 @@ def test_candidate_deployment_runs_fails_and_nightly_is_scheduled(local_prefect)
         with temporary_settings({PREFECT_API_URL: lp.url}), get_client(sync_client=True) as client:
             dep = client.read_deployment_by_name("nightly/nightly")
             arm = client.read_deployment_by_name("arm/arm")
+            point = client.read_deployment_by_name("point/point")
         assert [(s.schedule.cron, s.schedule.timezone, s.active) for s in dep.schedules] == [("0 2 * * *", "UTC", True)]
-        assert dep.work_pool_name == "local" and arm.work_pool_name == "arms"
+        assert dep.work_pool_name == "local" and arm.work_pool_name == "arms" and point.work_pool_name == "arms"
 
         # promote the accepted run, then the nightly check through its deployment
         def promote(*extra: str) -> subprocess.CompletedProcess:

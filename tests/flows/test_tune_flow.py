@@ -131,6 +131,7 @@ def test_bad_input_exits_2_before_prefect_or_mlflow(in_repo, tmp_path, capsys) -
         ([paths["system"], *rest, "--set", "num_requests=16"], "prefix it with the file it sets"),
         ([paths["system"], *rest, "--set", "slo.ttft_p99_ms=oops"], "ttft_p99_ms"),
         ([paths["system"], *rest, "--judge", "-1"], "--judge -1"),
+        ([paths["system"], *rest, "--dispatch", "workers", "--parallel", "0"], "--parallel 0"),
         ([paths["system"], *rest, "--set", "workload.seed"], "expected FIELD=VALUE"),
         (["configs/systems/openai-example.yaml", *rest], "the openai engine declares no knob space"),
         ([str(tmp_path / "missing.yaml"), *rest], "file not found"),

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from test_tune import HW  # fixed roofs: no run-time micro-benchmark
 
-from inferopt.choose import duels, search
-from inferopt.choose.pruning import candidate_space, plan_pruning
+from inferopt.choose import duels, points
+from inferopt.choose.pruning import PrunePlan, candidate_space, plan_pruning
 from inferopt.choose.search import TuneBudget, custom_space, tune
 from inferopt.config import ConstantArrivals, FakeSystem, LengthConfig, SLOConfig, WorkloadConfig
 from inferopt.config.systems import BatchingKnobs
@@ -82,7 +82,7 @@ def measured_capacity(system, workload, slo, out_dir, *, budget, arm="capacity",
 
 @pytest.fixture
 def simulated_engine(monkeypatch):
-    monkeypatch.setattr(search, "capacity", measured_capacity)
+    monkeypatch.setattr(points, "capacity", measured_capacity)
     monkeypatch.setattr(duels, "capacity", measured_capacity)
 
 
@@ -91,7 +91,7 @@ def pruned(tmp_path_factory):
     """One pruned search of the planted queue-bound fake (shared: the search and its logging are read twice)."""
     out = tmp_path_factory.mktemp("pruned")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(search, "capacity", measured_capacity)
+        mp.setattr(points, "capacity", measured_capacity)
         mp.setattr(duels, "capacity", measured_capacity)
         return out, _tune(out, True)
 
@@ -119,7 +119,7 @@ def test_the_pruned_search_measures_fewer_points_and_decides_on_measurements(pru
     assert p.table.loc[p.table["kind"] == "predicted", "measured_capacity_req_per_s"].isna().all()
     # the decision is the measured one: a recommendation is a measured point, the simulator's top pick is measured
     assert pruned.recommended is not None and pruned.recommended.label in {pt.label for pt in pruned.points}
-    assert p.sim_top in {pt.label for pt in pruned.points} and p.same_top is not None
+    assert p.sim_top == "batching.max_batch_size=8" and p.same_top is True  # the simulator picked the truth too
     assert p.measured_top_predicted is True
     assert pruned.recommended.label == "batching.max_batch_size=8"  # the planted truth: one prefill a batch
     assert all(pt.chosen_by == "simulator" for pt in pruned.points[1:])
@@ -269,3 +269,50 @@ def test_a_batch_one_baseline_extrapolates_so_the_search_refits_on_what_it_measu
     assert not t["extrapolated"].fillna("").astype(bool).any()  # after the refit, nothing left extrapolated
     assert t.loc["batching.max_queue=4", "kind"] == "predicted"  # predicted at the baseline's batch: not measured
     assert "measured before this refit" in set(t["why"])
+
+
+def _planted_frontier(frontier: bool):
+    """Batch sizes 1 (baseline), 2, 4, 8 with planted capacities 1, 1.5, 3, 4 req/s and a decode step that grows
+    with the batch (1 ms + 2 ms a sequence): the smaller batches are faster per user, so 2 and 4 are on the
+    predicted frontier, but far below the best beyond a 5 % error."""
+    space = [fake(batch=b) for b in (1, 2, 4, 8)]
+    cost = dataclasses.replace(truth(space[0]), decode=Fit(DECODE_FEATURES, (0.001, 0.002, 0.0), (), 1.0, 0))
+    caps = {1: 1.0, 2: 1.5, 4: 3.0, 8: 4.0}
+
+    def predict(s):
+        return dataclasses.replace(
+            simulated_capacity(cost, s, WL, SLO, CAPACITY), req_per_s=caps[s.batching.max_batch_size]
+        )
+
+    return prune(space, predict, _cal(), top_k=1, frontier=frontier)
+
+
+def test_the_frontier_is_reported_always_and_measured_only_when_asked():
+    lean, wide = _planted_frontier(False), _planted_frontier(True)
+    assert lean.predicted["frontier"].tolist() == wide.predicted["frontier"].tolist()
+    assert lean.predicted.loc[[1, 2], "frontier"].all()  # faster per user than the best: on the frontier
+    assert lean.measure == (0, 3)  # the baseline and the top pick: 1.5 and 3 req/s cannot be the pick
+    assert lean.predicted.loc[2, "why"].startswith("pruned") and "cannot be the pick" in lean.predicted.loc[2, "why"]
+    assert f"frontier ({int(lean.predicted['frontier'].sum())} points) reported, not measured" in lean.message
+    assert wide.measure == (0, 1, 2, 3) and "on the predicted frontier" in wide.predicted.loc[2, "why"]
+
+
+def test_the_kept_points_are_measured_in_the_full_searchs_order_the_top_pick_among_them():
+    """A tie on capacity breaks by the order points were measured in, so the pruned search keeps the full
+    search's order (not the simulator's ranking): 8 is the simulator's top pick but is measured after 2."""
+
+    class P:  # the fields a candidate reads of a proposal
+        field, values, systems, control = "batching.max_batch_size", (2, 4, 8), (fake(2), fake(4), fake(8)), False
+
+    cands = candidate_space([P()])
+    caps = {1: 1.0, 2: 3.9, 4: 2.0, 8: 4.0}  # 8 is the top pick; 2 is within the error of it; 4 is not
+
+    def predict(s):
+        return dataclasses.replace(_result_of(s), req_per_s=caps[s.batching.max_batch_size])
+
+    plan = PrunePlan(cands, prune([fake(), *P.systems], predict, _cal(), top_k=1), None, "planted")
+    assert [c.label for c in plan.to_measure()] == ["batching.max_batch_size=2", "batching.max_batch_size=8"]
+
+
+def _result_of(s):
+    return simulated_capacity(truth(s), s, WL, SLO, CAPACITY)
