@@ -9,7 +9,8 @@ own policy on simulated probes, `inferopt.simulate.calibrate`). Errors are |pred
 median and p99 over the held-back probes; a held-back rate equal to a fit rate is listed (`rates_overlap`).
 Prompts are capped at 128 tokens, outputs at 32, the SLO is TTFT p99 1.5 s / TPOT p95 60 ms / E2E p99 3 s.
 `--engines hf,vllm` adds vLLM-CPU (vllm-tiny.yaml: fit at max_num_seqs 16, held back at 4; span phases).
-Cost: ~5-10 min per engine on the 2-core box (<= 5 probes of 30 requests per search; vLLM starts per probe);
+Cost: ~6-10 min per engine on a quiet 2-core box (<= 8 probes per search of 30 requests or 10 s of
+arrivals, at most 400; vLLM starts per probe);
 `--reuse` recalibrates on the probes a run left in `--out`. Last line: one JSON object {"engines",
 "median_rel_err", "p99_rel_err", "capacity_rel_err", "probes_fit", "probes_held_back", "usable", ...}. Usage:
 
@@ -47,6 +48,7 @@ from inferopt.validate.capacity import (  # noqa: E402
     Probe,
     conclude,
     next_probe,
+    probe_requests,
     probe_table,
     probe_workload,
     summarize_probe,
@@ -92,7 +94,8 @@ def _reused(out: Path, budget: CapacityBudget, slo: SLOConfig) -> CapacityResult
 def _probe(system, workload, slo, budget, out: Path, where, prev) -> Probe:
     """One capacity probe, as `inferopt.validate.capacity.capacity` runs it (records in `probe-NN/`)."""
     index, phase, rate = where
-    wl = probe_workload(workload, rate, workload_rate_per_s(workload), budget.requests_per_probe, workload.seed)
+    n = probe_requests(budget, rate, workload.num_requests)
+    wl = probe_workload(workload, rate, workload_rate_per_s(workload), n, workload.seed)
     path = out / f"probe-{index:02d}" / "requests.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     tags = RunTags(run_tag="simulator-error", arm=system.name, trial=index, scenario=f"capacity-{index:02d}")
@@ -133,7 +136,12 @@ def run_engine(engine: str, args, workload, slo, out: Path):
     for label, fields, start in (fit, *held_cfgs):
         system = base.model_copy(update={**fields, "name": f"{base.name}-{label}"})
         budget = CapacityBudget(
-            start_req_per_s=start, max_probes=args.max_probes, rel_tol=0.1, requests_per_probe=args.requests
+            start_req_per_s=start,
+            max_probes=args.max_probes,
+            rel_tol=0.1,
+            requests_per_probe=args.requests,
+            min_probe_s=args.min_probe_s or None,
+            max_requests_per_probe=400,
         )
         configs[label] = (system, budget, out / engine / label.replace(",", "_").replace("=", "-"), start)
     results = interleaved_searches(configs, workload, slo, args.reuse)
@@ -169,7 +177,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engines", default="hf", help="comma-separated: hf, vllm (vllm: under the vLLM lock too)")
     ap.add_argument("--requests", type=int, default=30, help="requests per probe")
-    ap.add_argument("--max-probes", type=int, default=5)
+    ap.add_argument(
+        "--max-probes",
+        type=int,
+        default=8,  # with 5 the measured brackets stayed 25-100 % wide: too coarse to check a 15 % capacity error
+        help="probes per capacity search",
+    )
+    ap.add_argument(
+        "--min-probe-s",
+        type=float,
+        default=10.0,
+        help="each probe's arrivals span at least this long (0: a fixed count; with 30 requests vLLM's 16 "
+        "sequences absorbed a 'rate' of 384 req/s, a 0.08 s burst, and near capacity the few requests still "
+        "queued when the arrivals end decided the verdict)",
+    )
     ap.add_argument("--bound", type=float, default=0.15, help="the held-back error above which it is unusable")
     ap.add_argument("--out", default="", help="keep the probes and the plot here (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true", help="recalibrate on the probes an earlier run left in --out")

@@ -36,6 +36,7 @@ from inferopt.validate.capacity import (
     Probe,
     conclude,
     next_probe,
+    probe_requests,
     probe_table,
     probe_workload,
     slo_bounds_ms,
@@ -137,7 +138,7 @@ def simulated_run(
     records = [
         rec
         for k in range(replicas)
-        for rec in simulate(table.iloc[k::replicas], policy, cost, timeout_s=wl.timeout_s, trial=k)
+        for rec in simulate(table.iloc[k::replicas], policy, cost, timeout_s=wl.timeout_s, trial=k, seed=seed)
     ]
     ends = [r.client_done_s for r in records if r.client_done_s is not None]
     start_s = min(r.intended_s for r in records) if records else 0.0
@@ -162,7 +163,8 @@ def simulated_probe(
 ) -> Probe:
     """A capacity probe's summary row, predicted (`where`: index, phase, offered rate)."""
     index, phase, rate = where
-    run, wl = simulated_run(cost, system, workload, rate, budget.requests_per_probe, workload.seed, replicas)
+    n = probe_requests(budget, rate, workload.num_requests)  # as the measured probe at this rate
+    run, wl = simulated_run(cost, system, workload, rate, n, workload.seed, replicas)
     return summarize_probe(run, (index, phase, rate, SIM_TAG), slo, budget, prev, RequestSLO.of(wl, slo))
 
 

@@ -1,13 +1,13 @@
 """The serving cost model: step times fitted from a run's own records, per engine and system (issue 18 item 1).
 
-Three pure functions of a step's shape, each a non-negative least-squares fit (`scipy.optimize.nnls`) whose
-residuals are kept: prefill time vs tokens computed in the step and attention pairs (new x (cached + new)),
-decode step time vs sequences in the batch and total context, and the per-step overheads (admission to
-prefill, the gap between batches, send lag and delivery to the client). The hf engine gives every step's
-timestamps (`prefill_start_s/prefill_end_s`, the batch's shared `token_s`); vLLM's span join gives per-request
-phases only, so its decode step is fitted from each request's mean token gap against the mean number of
-requests decoding beside it (`observations_from_phases`).
-
+Three pure functions of a step's shape, each a non-negative least-squares fit (`scipy.optimize.nnls`):
+prefill time vs tokens computed in the step and attention pairs (new x (cached + new)), decode step time vs
+sequences in the batch and total context, and the per-step overheads (admission to prefill, the gap between
+batches, send lag and delivery to the client). The hf engine gives every step's timestamps
+(`prefill_start_s/prefill_end_s`, the batch's shared `token_s`); vLLM's span join gives per-request phases
+only, so its decode step is fitted from each request's mean token gap against the mean number of requests
+decoding beside it (`observe.phase_observations`). The fit's spread is kept (`Spread`: each step's measured /
+predicted time, the overheads' samples) for the simulator to resample, so its tails carry it.
 A model carries its engine and a fingerprint of the system's cost-relevant fields (model, dtype, device,
 threads, kernels — not the scheduling knobs the simulator models); `check_system` refuses any other, and
 `carried_to` carries it across a weight or KV dtype change by the roofline prior (marked `carried`).
@@ -129,6 +129,43 @@ class Overheads:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """The measured spread around the fit, kept so that simulated tails carry it: per step kind, each measured
+    step's time over the fit's prediction (`*_ratio`, dimensionless), and the per-step overheads' own samples
+    (s; `deliver_s`: each token's server stamp to the client). The simulator multiplies each step by one of
+    them drawn at random, normalised to mean 1 (`mean_one`): the mean stays the fit's, the spread is the
+    measured one. Empty: steps run at their prediction."""
+
+    prefill_ratio: tuple[float, ...] = ()
+    decode_ratio: tuple[float, ...] = ()
+    admit_s: tuple[float, ...] = ()
+    first_token_s: tuple[float, ...] = ()
+    batch_gap_s: tuple[float, ...] = ()
+    deliver_s: tuple[float, ...] = ()
+
+
+def step_ratios(measured_s: Sequence[float], predicted_s: Sequence[float]) -> tuple[float, ...]:
+    """measured / predicted per step, for the steps with a positive prediction and a finite, non-negative time."""
+    m, p = np.asarray(measured_s, float), np.asarray(predicted_s, float)
+    ok = (p > 0) & np.isfinite(m) & np.isfinite(p) & (m >= 0)
+    return tuple(float(v) for v in m[ok] / p[ok])
+
+
+def fit_ratios(fit: Fit, x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
+    """`step_ratios` of a fit's own observations (rows `x`, times `y`) against its predictions."""
+    x = np.asarray(x, float)
+    return step_ratios(y, x @ np.asarray(fit.coef, float)) if len(x) else ()
+
+
+def mean_one(values: Sequence[float]) -> np.ndarray:
+    """The finite values, negatives as 0, divided by their mean (empty when none is left or the mean is 0)."""
+    v = np.clip(np.asarray(values, float), 0.0, None)
+    v = v[np.isfinite(v)]
+    mean = float(v.mean()) if v.size else 0.0
+    return v / mean if mean > 0 else np.array([])
+
+
+@dataclass(frozen=True)
 class CostModel:
     """Fitted step times for one engine on one system (see the module docstring)."""
 
@@ -142,6 +179,7 @@ class CostModel:
     stats: dict[str, float] = field(default_factory=dict)
     fields_json: str = ""  # the fitted system's `cost_fields` (JSON): what `carried_to` compares against
     carried: str = ""  # set on a model carried to another system by the roofline prior: what was scaled, how
+    spread: Spread = Spread()  # the fit's relative residuals and the overheads' samples, resampled per step
 
     def prefill_s(self, tokens: float, attn_pairs: float) -> float:
         """One prefill step computing `tokens` new tokens with `attn_pairs` query-key pairs."""
@@ -151,15 +189,24 @@ class CostModel:
         """One decode step over `seqs` sequences holding `context_tokens` context in all."""
         return max(0.0, self.decode.predict_s((1.0, seqs, context_tokens / 1000.0)))
 
-    def mixed_step_s(self, seqs: int, context_tokens: float, tokens: float, attn_pairs: float) -> float:
+    def mixed_step_s(
+        self,
+        seqs: int,
+        context_tokens: float,
+        tokens: float,
+        attn_pairs: float,
+        ratios: tuple[float, float] = (1.0, 1.0),
+    ) -> float:
         """One continuous-batching step: `seqs` decoding sequences plus `tokens` prompt tokens (chunks); the
-        per-step constant is paid once (the decode fit's, or the prefill fit's for a prefill-only step)."""
+        per-step constant is paid once (the decode fit's, or the prefill fit's for a prefill-only step).
+        `ratios`: (prefill, decode) multipliers, each on its own part of the step (`Spread`)."""
+        r_pre, r_dec = ratios
         if not tokens:
-            return self.decode_s(seqs, context_tokens)
+            return self.decode_s(seqs, context_tokens) * r_dec
         if not seqs:
-            return self.prefill_s(tokens, attn_pairs)
+            return self.prefill_s(tokens, attn_pairs) * r_pre
         marginal = self.prefill_s(tokens, attn_pairs) - self.prefill.coef[0]
-        return self.decode_s(seqs, context_tokens) + max(0.0, marginal)
+        return self.decode_s(seqs, context_tokens) * r_dec + max(0.0, marginal) * r_pre
 
     def check_system(self, system: Any) -> None:
         """Raise `WrongSystem` unless `system` is the engine and system this model was fitted on."""
@@ -196,6 +243,10 @@ class CostModel:
         out.update({f"overhead.{k}": v for k, v in vars(self.overheads).items()})
         out.update(prefill_r2=self.prefill.r2, decode_r2=self.decode.r2, prefill_n=self.prefill.n)
         out.update(decode_n=self.decode.n, **self.stats)
+        for kind in ("prefill_ratio", "decode_ratio"):
+            kept = mean_one(getattr(self.spread, kind))
+            if kept.size:
+                out[f"spread.{kind}_cv"] = float(kept.std())
         return out
 
 

@@ -5,7 +5,9 @@ every step's `token_s`, so each batch gives one prefill observation (left-padded
 prompt) and one decode observation per step (every row stays in the forward until the batch ends). vLLM (span
 join: per-request phases only): one prefill observation per request (scheduled -> first token, net of the
 decode work sharing its step) and one decode observation per request (its mean client token gap against the
-time-averaged number of requests decoding beside it and their context).
+time-averaged number of requests decoding beside it and their context). Each fit's measured / predicted
+ratios and the overheads' samples go on the model (`costs.Spread`); vLLM's decode ratios are of per-request
+mean gaps, so narrower than one step's spread.
 
 Deliberately not here: the cost model's own math (`simulate.costs`), any engine or run.
 """
@@ -32,8 +34,10 @@ from inferopt.simulate.costs import (
     CostModel,
     Fit,
     Overheads,
+    Spread,
     cost_fields,
     fit_nnls,
+    fit_ratios,
     padded_rows,
     prefill_features,
     system_fingerprint,
@@ -112,31 +116,39 @@ def _median(values: Sequence[float]) -> float:
     return float(np.median(vals)) if vals else 0.0
 
 
-def static_overheads(records: Sequence[RequestRecord], batch_wait_s: float) -> Overheads:
-    """Medians of the per-step and per-request constants (see `Overheads`) of hf records."""
+def static_overhead_samples(records: Sequence[RequestRecord], batch_wait_s: float) -> dict[str, list[float]]:
+    """Every measured sample of the per-step and per-request constants (see `Overheads`) of hf records."""
     batches = _batches(records)
-    gaps = []
-    for prev, nxt in zip(batches, batches[1:], strict=False):
-        end_s = max(r.token_s[-1] for r in prev)
-        ready_s = max(max(r.arrival_s or 0.0 for r in nxt), min(r.arrival_s or 0.0 for r in nxt) + batch_wait_s)
-        if _same_run(prev[0], nxt[0]) and ready_s <= end_s and nxt[0].admitted_s is not None:
-            gaps.append(nxt[0].admitted_s - end_s)
     ok = [r for b in batches for r in b]
     fresh = [  # batches without a member resumed after a preemption (its admission is an earlier batch's)
         b for b in batches if len(_admitted_here(b)) == len(b) == _batch_size(b) and b[0].admitted_s is not None
     ]
+    fresh_starts = {id(b[0]) for b in fresh}
+    gaps = []
+    for prev, nxt in zip(batches, batches[1:], strict=False):  # a resumed batch's admission is an earlier one's
+        end_s = max(r.token_s[-1] for r in prev)
+        ready_s = max(max(r.arrival_s or 0.0 for r in nxt), min(r.arrival_s or 0.0 for r in nxt) + batch_wait_s)
+        if _same_run(prev[0], nxt[0]) and ready_s <= end_s and id(nxt[0]) in fresh_starts:
+            gaps.append(nxt[0].admitted_s - end_s)
+    return {
+        "admit_s": [b[0].prefill_start_s - b[0].admitted_s for b in fresh],
+        "first_token_s": [r.token_s[0] - r.prefill_end_s for r in ok],
+        "batch_gap_s": gaps,
+        "send_lag_s": [r.arrival_s - r.intended_s for r in ok if r.arrival_s is not None],
+        "deliver_s": [c - s for r in ok for s, c in zip(r.token_s, r.client_token_s, strict=False)],
+    }
+
+
+def static_overheads(records: Sequence[RequestRecord], batch_wait_s: float) -> Overheads:
+    """Medians of the per-step and per-request constants (see `Overheads`) of hf records."""
+    samples = static_overhead_samples(records, batch_wait_s)
     return Overheads(
-        admit_s=_median([b[0].prefill_start_s - b[0].admitted_s for b in fresh]),
-        first_token_s=_median([r.token_s[0] - r.prefill_end_s for r in ok]),
-        batch_gap_s=max(0.0, _median(gaps)),
-        send_lag_s=_median([r.arrival_s - r.intended_s for r in ok if r.arrival_s is not None]),
-        deliver_s=_deliver_s(ok),
+        admit_s=_median(samples["admit_s"]),
+        first_token_s=_median(samples["first_token_s"]),
+        batch_gap_s=max(0.0, _median(samples["batch_gap_s"])),
+        send_lag_s=_median(samples["send_lag_s"]),
+        deliver_s=max(0.0, _median(samples["deliver_s"])),
     )
-
-
-def _deliver_s(records: Sequence[RequestRecord]) -> float:
-    gaps = [c - s for r in records for s, c in zip(r.token_s, r.client_token_s, strict=False)]
-    return max(0.0, _median(gaps))
 
 
 def fit_static(records: Sequence[RequestRecord], system: Any) -> CostModel:
@@ -148,14 +160,23 @@ def fit_static(records: Sequence[RequestRecord], system: Any) -> CostModel:
             "(need >= 3 of each); fix: records of ok requests with server timings from the hf engine"
         )
     wait_s = system.batching.batch_wait_ms / 1000.0
+    px, py, dx, dy = (np.array(obs[k], float) for k in ("px", "py", "dx", "dy"))
+    prefill, decode = fit_nnls(px, py, PREFILL_FEATURES), fit_nnls(dx, dy, DECODE_FEATURES)
+    samples = static_overhead_samples(records, wait_s)
+    spread = Spread(
+        prefill_ratio=fit_ratios(prefill, px, py),
+        decode_ratio=fit_ratios(decode, dx, dy),
+        **{k: tuple(float(v) for v in samples[k]) for k in ("admit_s", "first_token_s", "batch_gap_s", "deliver_s")},
+    )
     return CostModel(
         engine=system.engine,
         fingerprint=system_fingerprint(system),
         fields_json=json.dumps(cost_fields(system), sort_keys=True, default=str),
         system_name=system.name,
-        prefill=fit_nnls(np.array(obs["px"]), np.array(obs["py"]), PREFILL_FEATURES),
-        decode=fit_nnls(np.array(obs["dx"]), np.array(obs["dy"]), DECODE_FEATURES),
+        prefill=prefill,
+        decode=decode,
         overheads=static_overheads(records, wait_s),
+        spread=spread,
         notes=("fitted per step from the hf engine's batch timestamps",),
         stats={"batches": float(len(obs["py"])), "decode_steps": float(len(obs["dy"]))},
     )
@@ -202,7 +223,8 @@ def _peer_prefill(records: Sequence[RequestRecord], t0_s: float, t1_s: float) ->
 
 def phase_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
     """vLLM (span join): one decode row per request (its mean server token gap vs the requests decoding beside
-    it and the prompt work sharing its steps) and one prefill row (scheduled -> first token)."""
+    it and the prompt work sharing its steps) and one prefill row (scheduled -> first token vs the prompt work
+    of its steps: its own and that of the requests prefilling beside it, which the same steps computed)."""
     ok = [r for r in records if r.outcome == "ok" and not r.warmup and r.admitted_s is not None and r.done_s]
     ok = [r for r in ok if r.prefill_end_s is not None]
     dx, dy, pre = [], [], []
@@ -216,7 +238,9 @@ def phase_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
             dy.append((r.done_s - r.prefill_end_s) / steps)
         new = max(1, r.input_len - r.cached_tokens)
         seqs, ctx = _running_profile(peers, r.admitted_s, r.prefill_end_s, 4)
-        pre.append((prefill_features([new], [r.cached_tokens]), r.prefill_end_s - r.admitted_s, seqs, ctx))
+        one, tok, kp = prefill_features([new], [r.cached_tokens])
+        peer_tok, peer_kp = _peer_prefill(peers, r.admitted_s, r.prefill_end_s)
+        pre.append(((one, tok + peer_tok, kp + peer_kp), r.prefill_end_s - r.admitted_s, seqs, ctx))
     return {"dx": dx, "dy": dy, "pre": pre}
 
 
@@ -228,7 +252,8 @@ def fit_phases(records: Sequence[RequestRecord], system: Any, kv_bytes_per_token
             f"fit_phases: {len(obs['pre'])} requests with phases and {len(obs['dy'])} with 3+ tokens are too few "
             "(need >= 3 of each); fix: records joined with server spans (vLLM tracing: true)"
         )
-    joint = fit_nnls(np.array(obs["dx"]), np.array(obs["dy"]), (*DECODE_FEATURES, "peer_token_s", "peer_kpair_s"))
+    jx, jy = np.array(obs["dx"], float), np.array(obs["dy"], float)
+    joint = fit_nnls(jx, jy, (*DECODE_FEATURES, "peer_token_s", "peer_kpair_s"))
     n = len(DECODE_FEATURES)
     decode = Fit(DECODE_FEATURES, joint.coef[:n], joint.residuals_s, joint.r2, joint.n)
     px, py = [], []
@@ -240,13 +265,17 @@ def fit_phases(records: Sequence[RequestRecord], system: Any, kv_bytes_per_token
     stats = {"requests": float(len(ok))}
     if kv_bytes_per_token:
         stats["kv_bytes_per_token"] = float(kv_bytes_per_token)
+    px, py = np.array(px, float), np.array(py, float)
+    prefill = fit_nnls(px, py, PREFILL_FEATURES)
+    spread = Spread(prefill_ratio=fit_ratios(prefill, px, py), decode_ratio=fit_ratios(joint, jx, jy))
     return CostModel(
         engine=system.engine,
         fingerprint=system_fingerprint(system),
         fields_json=json.dumps(cost_fields(system), sort_keys=True, default=str),
         system_name=system.name,
-        prefill=fit_nnls(np.array(px), np.array(py), PREFILL_FEATURES),
+        prefill=prefill,
         decode=decode,
+        spread=spread,
         overheads=Overheads(
             send_lag_s=_median([r.arrival_s - r.intended_s for r in ok if r.arrival_s is not None]),
             deliver_s=max(0.0, _median([r.client_token_s[0] - r.prefill_end_s for r in ok if r.client_token_s])),

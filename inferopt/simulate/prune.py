@@ -1,15 +1,15 @@
-"""Pruning a search with the simulator: predict every point, measure only the frontier and the top few.
+"""Pruning a search with the simulator: predict every point, measure only what could still be the pick.
 
 `prune` takes the candidate systems (the baseline first), a `predict(system) -> CapacityResult` (the calibrated
 simulator's capacity search, `calibrate.simulated_capacity`) and that simulator's `Calibration`. With a usable
 calibration it keeps for real measurement: the baseline and the points named in `always` (control arms), the
-`top_k` points by predicted capacity, every point that could still be the best (`tie_share`: each prediction off
-by the capacity error, bracketed no finer than `resolution`; a point reached by the roofline prior,
-`CostModel.carried_to`, off by the bound more), every point it refuses to predict (another engine, model) and,
-with `frontier`, the Pareto frontier of predicted capacity vs per-user speed (1000 / TPOT p50 at capacity;
-differences within the simulator's error, or under 1 % in speed, are ties; a point no better than the baseline on
-either is not measured for it: it would measure the baseline again). Every point is predicted whenever a
-calibration exists, usable or not, so every point is reported; an unusable calibration prunes nothing and says so.
+`top_k` points by predicted capacity (the simulator's own top pick always), every point that could still be the
+best (`tie_share`: each prediction off by the capacity error, bracketed no finer than `resolution`; a point
+reached by the roofline prior, `CostModel.carried_to`, off by the bound more) and every point it refuses to
+predict (another engine, model). The Pareto frontier of predicted capacity vs per-user speed (1000 / TPOT p50
+at capacity; ties within the simulator's error, or 1 % in speed; none that is the baseline again) is always
+reported, measured only with `frontier`: the pick is by capacity, so a frontier point beyond the error of the
+best cannot be it. An unusable calibration prunes nothing and says so; every point is predicted either way.
 Deliberately not here: measuring, or the search's decision rule (`inferopt.choose.pruning` wires this into the
 search, which measures what `prune` keeps and decides on measurements only).
 """
@@ -142,7 +142,7 @@ def _carried(calibration: Calibration, system: AnySystem) -> str:
         return ""
 
 
-def _why(i: int, row: pd.Series, always: set[int]) -> str:
+def _why(i: int, row: pd.Series, always: set[int], frontier: bool) -> str:
     if i in always:
         return "baseline" if i == 0 else "declared control arm"
     reasons = [
@@ -152,11 +152,14 @@ def _why(i: int, row: pd.Series, always: set[int]) -> str:
             ("extrapolates past the measured steps", bool(row.get("extrapolated", ""))),
             ("top by predicted capacity", row["top"]),
             ("within the simulator's error of the best", row["near_best"]),
-            ("on the predicted frontier", row["frontier"]),
+            ("on the predicted frontier", row["frontier"] and frontier),
         )
         if flag
     ]
-    return "; ".join(reasons) if reasons else "pruned: predicted below the best beyond the simulator's error"
+    if reasons:
+        return "; ".join(reasons)
+    why = "pruned: predicted below the best beyond the simulator's error"
+    return why + (" (on the predicted frontier, so reported; it cannot be the pick)" if row["frontier"] else "")
 
 
 def prune(
@@ -165,7 +168,7 @@ def prune(
     calibration: Calibration | None,
     *,
     top_k: int = 2,
-    frontier: bool = True,
+    frontier: bool = False,
     always: Sequence[int] = (),
     resolution: float = 0.0,
     band: Callable[[AnySystem, float], tuple[float, float]] | None = None,
@@ -201,26 +204,25 @@ def prune(
     floor = max((low[i] for i in rivals), default=0.0)  # surely reached by one point
     could = high * (1.0 + resolution)  # the most each point could measure
     table["near_best"] = [i in rivals and best > 0 and could[i] >= floor for i in everything]
-    front = np.zeros(len(ok), bool)
-    if frontier:
-        front = pareto_max(np.where(ok, cap, 0.0), np.where(ok, speed, 0.0), err, speed_err) & ok
-        twin = (cap <= cap[0] * (1.0 + err)) & (speed <= speed[0] * (1.0 + speed_err))  # the baseline's, within error
-        front &= ~twin | (np.arange(len(ok)) == 0)
-    table["frontier"] = front
+    front = pareto_max(np.where(ok, cap, 0.0), np.where(ok, speed, 0.0), err, speed_err) & ok
+    twin = (cap <= cap[0] * (1.0 + err)) & (speed <= speed[0] * (1.0 + speed_err))  # the baseline's, within error
+    front &= ~twin | (np.arange(len(ok)) == 0)
+    table["frontier"] = front  # always reported; measured only with `frontier`
     if not calibration.usable:
         table["measure"], table["why"] = True, "nothing pruned: the simulator's calibration is unusable"
         return PruneDecision(everything, table, False, f"nothing pruned: {calibration.message}")
     keep = [
         i
         for i in everything
-        if i in keep_always or not ok[i] or beyond[i] or top & {i} or table["near_best"][i] or front[i]
+        if i in keep_always or not ok[i] or beyond[i] or top & {i} or table["near_best"][i] or (frontier and front[i])
     ]
     table["measure"] = [i in keep for i in everything]
-    table["why"] = [_why(i, table.iloc[i], keep_always) for i in everything]
+    table["why"] = [_why(i, table.iloc[i], keep_always, frontier) for i in everything]
     msg = (
         f"measure {len(keep)} of {len(space)} points (the baseline, top {top_k}, those that could still be the best "
         f"given the simulator's error ({_error_text(raw, calibration, band is not None)}), those it cannot predict"
         + (", the predicted frontier" if frontier else "")
         + f"); {len(space) - len(keep)} pruned by the simulator"
+        + ("" if frontier else f"; the predicted frontier ({int(front.sum())} points) reported, not measured")
     )
     return PruneDecision(tuple(keep), table, True, msg)

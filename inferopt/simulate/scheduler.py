@@ -1,15 +1,16 @@
 """Discrete-event simulation of a serving scheduler on a workload table, emitting real `RequestRecord`s.
 
 Two policies over one fitted `CostModel`: `StaticPolicy` mirrors the hf engine (the same `static_batch` and
-`admit_on_arrival` functions decide; a left-padded batch runs until its longest member ends; with a fixed KV
-cache, the fake engine's, the newest is preempted when a step does not fit) and
-`ContinuousPolicy` models vLLM's scheduler (max_num_seqs, a per-step token budget, chunked prefill, fcfs or
-priority, a bounded queue counting waiting + running, KV capacity in blocks with recompute preemption of the
-newest running request, prefix-cache hits in whole blocks). Clients time out as the load runner's do.
-The event loop is a plain loop over engine steps with a sorted arrival list, not SimPy or vidur: a single
-engine has only two event kinds (an arrival, a step's end), and vidur (PyPI 0.0.26) wants per-operator GPU
-profiles of its own model registry plus wandb/streamlit, not the per-step timings we measure.
-Records are marked simulated (`run_tag`), so `inferopt.measure` metrics, slices and SLO checks apply unchanged.
+`admit_on_arrival` decide; a left-padded batch runs until its longest member ends; with a fixed KV cache, the
+fake engine's, the newest is preempted when a step does not fit) and `ContinuousPolicy` models vLLM's scheduler
+(max_num_seqs, a per-step token budget, chunked prefill, fcfs or priority, a bounded queue counting waiting +
+running, KV capacity in blocks with recompute preemption of the newest running request, prefix-cache hits in
+whole blocks). Clients time out as the load runner's do. Each step is its prediction times a seeded draw from
+the fit's kept spread (`Draws`), so tails carry the measured jitter. The event loop is a plain loop over
+steps with a sorted arrival list, not SimPy or vidur: a single engine has only two event kinds (an arrival, a
+step's end), and vidur (PyPI 0.0.26) wants per-operator GPU profiles of its own model registry plus
+wandb/streamlit, not the per-step timings we measure. Records are marked simulated (`run_tag`), so
+`inferopt.measure` metrics, slices and SLO checks apply unchanged.
 Deliberately not here: fitting (`simulate.observe`), calibration against measurements (`simulate.calibrate`).
 """
 
@@ -19,14 +20,50 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from inferopt.config import BatchingKnobs
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
 from inferopt.records import RequestRecord
-from inferopt.simulate.costs import CostModel, attn_pairs, padded_rows
+from inferopt.simulate.costs import CostModel, Spread, attn_pairs, mean_one, padded_rows
 
 SIM_TAG = "simulated"
+SPREAD_KINDS = ("prefill_ratio", "decode_ratio", "admit_s", "first_token_s", "batch_gap_s", "deliver_s")  # `Spread`
+
+
+STRATA = 8  # each run of this many draws of one kind takes one value from each eighth of its sorted pool
+
+
+def stratified_indices(size: int, strata: int, rng: np.random.Generator) -> np.ndarray:
+    """One index into a sorted pool of `size` from each of `strata` equal slices of it, in random order: each
+    index is still uniform over the pool, but a run of `strata` draws covers the whole spread (its tail in
+    proportion, its mean close to the pool's), so a 40-request probe's p95 is not one lucky draw."""
+    strata = max(1, min(strata, size))
+    edges = np.floor(np.linspace(0, size, strata + 1)).astype(int)
+    picks = edges[:-1] + np.floor(rng.random(strata) * (edges[1:] - edges[:-1])).astype(int)
+    return rng.permutation(np.minimum(picks, size - 1))
+
+
+class Draws:
+    """Multipliers for simulated steps, resampled from a model's kept spread (`costs.Spread`): per kind, one
+    of its values normalised to mean 1 (`mean_one`), by one seeded generator, stratified (`stratified_indices`).
+    A kind with nothing kept is always 1 and draws nothing, so a model without a spread simulates as if it had
+    none."""
+
+    def __init__(self, spread: Spread, seed: int | Sequence[int] = 0) -> None:
+        self._pools = {k: np.sort(mean_one(getattr(spread, k))) for k in SPREAD_KINDS}
+        self._queued: dict[str, list[float]] = {k: [] for k in SPREAD_KINDS}
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, kind: str) -> float:
+        pool = self._pools[kind]
+        if not pool.size:
+            return 1.0
+        queued = self._queued[kind]
+        if not queued:
+            queued.extend(float(v) for v in pool[stratified_indices(pool.size, STRATA, self._rng)])
+        return queued.pop()
 
 
 @dataclass(frozen=True)
@@ -94,19 +131,22 @@ def simulate(
     arm: str = SIM_TAG,
     trial: int = 0,
     scenario: str = "",
+    seed: int = 0,
 ) -> list[RequestRecord]:
     """Replay `table` (a workload: arrival offsets, lengths, tenants, priorities, prefixes) through `policy`
-    with `cost`'s step times; one record per row, as a real run's."""
+    with `cost`'s step times, each times a draw from its kept spread (`Draws`, seeded by (`seed`, `trial`):
+    the same arguments give the same records); one record per row, as a real run's."""
     rows = _rows(table, timeout_s)
     reqs = [_Req(row=r, arrival_s=r["intended_s"] + cost.overheads.send_lag_s) for r in rows]
+    draw = Draws(cost.spread, (seed & 0xFFFFFFFF, trial & 0xFFFFFFFF))
     if isinstance(policy, StaticPolicy):
-        _run_static(reqs, policy, cost)
+        _run_static(reqs, policy, cost, draw)
     else:
-        _run_continuous(reqs, policy, cost)
-    return [_record(q, cost, arm, trial, scenario) for q in reqs]
+        _run_continuous(reqs, policy, cost, draw)
+    return [_record(q, cost, draw, (arm, trial, scenario)) for q in reqs]
 
 
-def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel) -> None:
+def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel, draw: Draws) -> None:
     """The hf worker loop: ask `static_batch` whenever the engine is free; arrivals beyond `max_queue` rejected."""
     knobs, cached_groups = policy.knobs, set()
     waiting: dict[str, _Req] = {}
@@ -128,11 +168,11 @@ def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel) -> None
             batch = [waiting.pop(k) for k in decision.batch]
             hits = _hits(batch, policy.prefix_block_tokens, cached_groups)
             if policy.kv_tokens is None:
-                now_s = _static_batch(batch, now_s, cost, hits)
+                now_s = _static_batch(batch, now_s, cost, hits, draw)
             else:
-                now_s, preempted = _static_batch_kv(batch, now_s, cost, hits, policy.kv_tokens)
+                now_s, preempted = _static_batch_kv(batch, now_s, (cost, draw), hits, policy.kv_tokens)
                 waiting.update((keys[id(q)], q) for q in preempted)  # back in line at its own arrival
-            now_s += cost.overheads.batch_gap_s
+            now_s += cost.overheads.batch_gap_s * draw("batch_gap_s")
             cached_groups.update(int(q.row["prefix_group"]) for q in batch if int(q.row["prefix_group"]) >= 0)
             continue
         nxt = reqs[i].arrival_s if i < n else math.inf
@@ -151,18 +191,25 @@ def _hits(batch: Sequence[_Req], block_tokens: int | None, cached_groups: set[in
     ]
 
 
-def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Sequence[int]) -> float:
+def _prefill_end_s(
+    cost: CostModel, draw: Draws, now_s: float, new: Sequence[int], cached: Sequence[int]
+) -> tuple[float, float]:
+    """A static batch admitted at `now_s`: when its prefill starts and ends (each part times its draw)."""
+    start_s = now_s + cost.overheads.admit_s * draw("admit_s")
+    return start_s, start_s + cost.prefill_s(sum(new), attn_pairs(new, cached)) * draw("prefill_ratio")
+
+
+def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Sequence[int], draw: Draws) -> float:
     """One left-padded batch admitted at `now_s` (`hits`: cached prompt tokens per row); returns when its last
     step ends."""
     lens = [int(q.row["input_len"]) for q in batch]
     new, cached = padded_rows(lens, hits)
-    start_s = now_s + cost.overheads.admit_s
-    end_s = start_s + cost.prefill_s(sum(new), attn_pairs(new, cached))
+    start_s, end_s = _prefill_end_s(cost, draw, now_s, new, cached)
     steps = max(int(q.row["output_len"]) for q in batch)
-    times = [end_s + cost.overheads.first_token_s]
+    times = [end_s + cost.overheads.first_token_s * draw("first_token_s")]
     size = len(batch)
     for k in range(1, steps):
-        times.append(times[-1] + cost.decode_s(size, size * (new[0] + max(cached) + k)))
+        times.append(times[-1] + cost.decode_s(size, size * (new[0] + max(cached) + k)) * draw("decode_ratio"))
     for q, hit in zip(batch, hits, strict=True):
         q.admitted_s, q.prefill_start_s, q.prefill_end_s, q.batch_size = now_s, start_s, end_s, size
         q.cached = hit
@@ -172,23 +219,23 @@ def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Se
 
 
 def _static_batch_kv(
-    batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Sequence[int], kv_tokens: float
+    batch: Sequence[_Req], now_s: float, model: tuple[CostModel, Draws], hits: Sequence[int], kv_tokens: float
 ) -> tuple[float, list[_Req]]:
     """`_static_batch` step by step under a fixed KV cache (the fake engine's `_fit_kv`): a resumed request
     recomputes its prompt and the tokens it had; before each step, while the live sequences' KV (context + this
     step's token) exceeds `kv_tokens`, the newest leaves for the queue (the last always runs). Returns when its
     last step ends and the requests it preempted."""
+    cost, draw = model
     lens = [int(q.row["input_len"]) + len(q.token_s) for q in batch]
     first = [not q.token_s for q in batch]  # no token yet (a first admission, or preempted before its first)
     new, cached = padded_rows(lens, [h if f else 0 for h, f in zip(hits, first, strict=True)])
-    start_s = now_s + cost.overheads.admit_s
-    t = start_s + cost.prefill_s(sum(new), attn_pairs(new, cached))
+    start_s, t = _prefill_end_s(cost, draw, now_s, new, cached)
     for q, hit, f in zip(batch, hits, first, strict=True):
         if f:
             if q.admitted_s is None:
                 q.admitted_s, q.batch_size = now_s, len(batch)
             q.prefill_start_s, q.prefill_end_s, q.cached = start_s, t, hit
-    t += cost.overheads.first_token_s
+    t += cost.overheads.first_token_s * draw("first_token_s")
     live, preempted = list(batch), []
     while live:
         used = [int(q.row["input_len"]) + len(q.token_s) + 1 for q in live]
@@ -199,7 +246,7 @@ def _static_batch_kv(
             q.token_s.append(t)
         live = [q for q in live if len(q.token_s) < max(1, int(q.row["output_len"]))]
         if live:
-            t += cost.decode_s(len(live), sum(used))
+            t += cost.decode_s(len(live), sum(used)) * draw("decode_ratio")
     for q in batch:
         if q not in preempted:
             q.done_s = q.token_s[-1]
@@ -294,13 +341,14 @@ def _plan_step(e: _Engine) -> list[tuple[_Req, int]]:
     return plan
 
 
-def _step_s(e: _Engine, plan: Sequence[tuple[_Req, int]], cost: CostModel) -> float:
+def _step_s(e: _Engine, plan: Sequence[tuple[_Req, int]], cost: CostModel, draw: Draws) -> float:
     dec = [q for q, c in plan if c == 0]
     pre = [(q, c) for q, c in plan if c > 0]
     ctx = sum(e.context(q) for q in dec)
     tokens = sum(c for _, c in pre)
     pairs = sum(c * (q.prefilled + (c + 1) / 2.0) for q, c in pre)
-    return cost.mixed_step_s(len(dec), ctx, tokens, pairs)
+    ratios = (draw("prefill_ratio") if pre else 1.0, draw("decode_ratio") if dec else 1.0)
+    return cost.mixed_step_s(len(dec), ctx, tokens, pairs, ratios)
 
 
 def _finish_step(e: _Engine, plan: Sequence[tuple[_Req, int]], now_s: float, start_s: float) -> None:
@@ -324,7 +372,7 @@ def _finish_step(e: _Engine, plan: Sequence[tuple[_Req, int]], now_s: float, sta
             e.release(q)
 
 
-def _run_continuous(reqs: list[_Req], policy: ContinuousPolicy, cost: CostModel) -> None:
+def _run_continuous(reqs: list[_Req], policy: ContinuousPolicy, cost: CostModel, draw: Draws) -> None:
     """vLLM's step loop: arrivals, client timeouts (aborted), one scheduled step, its tokens."""
     e, now_s, i, n = _Engine(policy), 0.0, 0, len(reqs)
     while i < n or e.waiting or e.running:
@@ -346,13 +394,24 @@ def _run_continuous(reqs: list[_Req], policy: ContinuousPolicy, cost: CostModel)
             if i >= n and not e.waiting:
                 break
             continue
-        start_s, now_s = now_s, now_s + _step_s(e, plan, cost) + cost.overheads.batch_gap_s
+        gap_s = cost.overheads.batch_gap_s * draw("batch_gap_s")
+        start_s, now_s = now_s, now_s + _step_s(e, plan, cost, draw) + gap_s
         _finish_step(e, plan, now_s, start_s)
 
 
-def _record(q: _Req, cost: CostModel, arm: str, trial: int, scenario: str) -> RequestRecord:
+def _client_times(token_s: Sequence[float], deliver_s: float, draw: Draws) -> list[float]:
+    """Each token's arrival at the client: its server time plus a delivery drawn from the spread, never before
+    the token ahead of it (a stream arrives in order)."""
+    out, last = [], -math.inf
+    for t in token_s:
+        last = max(last, t + deliver_s * draw("deliver_s"))
+        out.append(last)
+    return out
+
+
+def _record(q: _Req, cost: CostModel, draw: Draws, tags: tuple[str, int, str]) -> RequestRecord:
     """The request's record as the load runner would write it (client times = server + delivery)."""
-    row = q.row
+    row, (arm, trial, scenario) = q.row, tags
     rec = RequestRecord(
         request_id=str(row["request_id"]),
         outcome="ok",
@@ -377,7 +436,7 @@ def _record(q: _Req, cost: CostModel, arm: str, trial: int, scenario: str) -> Re
     if q.outcome == "rejected":
         rec.outcome, rec.error, rec.client_done_s = "rejected", "rejected: queue full (simulated)", q.arrival_s
         return rec
-    client = [t + cost.overheads.deliver_s for t in q.token_s]
+    client = _client_times(q.token_s, cost.overheads.deliver_s, draw)
     seen = [t for t in client if t <= q.deadline_s]
     timed_out = q.outcome == "timeout" or len(seen) < len(client) or not client
     rec.admitted_s, rec.context_ready_s, rec.prefill_start_s = q.admitted_s, q.prefill_start_s, q.prefill_start_s
@@ -389,7 +448,7 @@ def _record(q: _Req, cost: CostModel, arm: str, trial: int, scenario: str) -> Re
         rec.outcome = "timeout"
         rec.error = f"not complete within {row['timeout_s']:g} s of its intended send time"
         rec.client_done_s = q.deadline_s
-        rec.token_s = [t for t in q.token_s if t + cost.overheads.deliver_s <= q.deadline_s]
+        rec.token_s = [t for t, c in zip(q.token_s, client, strict=True) if c <= q.deadline_s]
         return rec
     rec.token_s, rec.done_s = list(q.token_s), q.done_s
     rec.finish_reason, rec.client_done_s = "length", client[-1]
