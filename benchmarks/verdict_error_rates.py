@@ -38,11 +38,14 @@ diagnostic knob `diagnostic_decode_delay_ms` (a sleep inside every decode step: 
 `diagnostic: true`), sized to `--planted` x the baseline's TPOT p50 measured by one calibration trial; short
 trials (`--requests`), one model load shared by every trial's fresh engine, ablations run one after another.
 It also counts `harm_detection_rate`: the same trials judged with TPOT as a side effect (target TTFT p99), so
-only the harm family (one-sided against the 5 % tolerance) can catch the planted regression. Run it under the
-bench lock: `flock /tmp/inferopt-bench.lock nice -n 5 .venv/bin/python benchmarks/verdict_error_rates.py
---engine hf --sims 12`. `--engine vllm`: the same on vLLM-CPU (`configs/systems/vllm-tiny.yaml`, a fresh
-`vllm serve` per trial as the pipeline starts one; the delay is slept by vLLM's scheduler in every step that
-decodes, `inferopt/engines/vllm/launch.py`); add the vLLM lock: `flock /tmp/inferopt-vllm.lock`.
+only the harm family (one-sided against the 5 % tolerance) can catch the planted regression, and, from the A/A
+arm's measured spread, `repeats_for_90pct_detection`: the repeats a fixed design would need to catch the
+planted change 90 % of the time (`stats.inference.repeats_needed`). `--design sequential` works here too.
+Run it under the bench lock:
+`flock /tmp/inferopt-bench.lock nice -n 5 .venv/bin/python benchmarks/verdict_error_rates.py --engine hf --sims 12`.
+`--engine vllm`: the same on vLLM-CPU (`configs/systems/vllm-tiny.yaml`, a fresh `vllm serve` per trial as the
+pipeline starts one; the delay is slept by vLLM's scheduler in every step that decodes, through our vLLM
+plugin, `scripts/vllm_plugin`); add the vLLM lock: `flock /tmp/inferopt-vllm.lock`.
 
 The last line printed is one JSON object:
 {"engine": ..., "aa_false_positive_rate": ..., "planted_detection_rate": ..., "harm_detection_rate": ...,
@@ -172,7 +175,8 @@ REAL_BASELINES = {"hf": "configs/systems/hf-tiny.yaml", "vllm": "configs/systems
 def hf_candidate_dict(args: argparse.Namespace, delay_ms: float) -> dict:
     """The real-engine candidate: the default run's workload shape on `args.engine`'s tiny baseline (hf-tiny,
     batch 1; vllm-tiny, continuous batching), short trials, arm B the planted diagnostic decode delay, target
-    TPOT p50, the A/A arm on, the fixed design at --repeats."""
+    TPOT p50, the A/A arm on, the fixed design at --repeats (or --design sequential: looks from --min-repeats
+    to --max-repeats, the pipeline's sequential stopping)."""
     from inferopt.config import load_config
 
     d = load_config(ROOT / "configs/candidates/batching.yaml").model_dump()
@@ -181,8 +185,14 @@ def hf_candidate_dict(args: argparse.Namespace, delay_ms: float) -> dict:
     d["changes"] = {"diagnostic_decode_delay_ms": round(delay_ms, 4)}
     d["workload"].update(num_requests=args.requests, arrival={"kind": "poisson", "rate_per_s": args.rate})
     d["workload"]["lengths"].update(output_median=args.output_median, output_min=4)
+    sequential = args.design == "sequential"
     d["ablation"].update(
-        aa_arm=True, repeats=args.repeats, min_repeats=None, max_repeats=None, alpha=args.alpha, test="repeat_t"
+        aa_arm=True,
+        repeats=args.min_repeats if sequential else args.repeats,
+        min_repeats=args.min_repeats if sequential else None,
+        max_repeats=args.max_repeats if sequential else None,
+        alpha=args.alpha,
+        test="repeat_t",
     )
     return d
 
@@ -295,11 +305,16 @@ def main_hf(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace, results: list[dict], t0: float, engine: str, extra: dict) -> int:
     import numpy as np
 
+    from inferopt.stats.inference import repeats_needed
+
     n = len(results)
     k_fp = sum(r["aa_any_significant"] for r in results)
     k_det = sum(r["b_verdict"] == "regresses" for r in results)
     k_harm = sum(r["harm_caught"] for r in results)
-    sd = float(np.sqrt(np.mean([r["aa_se_d"] ** 2 for r in results]) * args.repeats))  # per-pair sd, A/A arm
+    done = [r.get("repeats", args.repeats) for r in results]
+    sd = float(np.sqrt(np.mean([r["aa_se_d"] ** 2 * k for r, k in zip(results, done, strict=True)])))  # A/A arm
+    planted_log = math.log(getattr(args, "planted", PLANTED))
+    need = repeats_needed(sd / math.sqrt(2), 2, planted_log, args.alpha, power=0.9) if n and sd > 0 else None
     detail = {
         "engine": engine,
         "simulated_ablations": n,
@@ -309,6 +324,9 @@ def report(args: argparse.Namespace, results: list[dict], t0: float, engine: str
         "harm_detection_ci95": wilson(k_harm, n),
         "realised_tpot_p50_ratio_mean": sum(r["b_ratio"] for r in results) / n,
         "tpot_p50_log_sd_per_pair": sd,
+        "design": args.design,
+        "repeats_done_mean": float(np.mean(done)) if n else math.nan,
+        "repeats_for_90pct_detection": need,  # at this sd, a two-sided paired t-test at alpha (the target's)
         "failed_trials": sum(r["failed_trials"] for r in results),
         "wall_s": round(time.time() - t0, 1),
         **extra,
@@ -320,7 +338,7 @@ def report(args: argparse.Namespace, results: list[dict], t0: float, engine: str
         "planted_detection_rate": round(k_det / n, 4),
         "harm_detection_rate": round(k_harm / n, 4),
         "trials": n,
-        "repeats": args.repeats,
+        "repeats": args.repeats if args.design == "fixed" else f"{args.min_repeats}..{args.max_repeats}",
     }
     print(json.dumps(summary))
     return 0

@@ -32,6 +32,7 @@ from inferopt.ablate.compare import (
     interaction_table,
     trial_resources,
 )
+from inferopt.ablate.looks import arm_decided, decided_reason, looks_table
 from inferopt.ablate.plan import (
     AA,
     BASELINE,
@@ -140,7 +141,8 @@ def ablate(
     `trials/` folder of a killed attempt) a trial found there is loaded instead of run, and listed in `resumed`.
 
     Sequential design: from `min_repeats` to `max_repeats`, stop at the first look where every tested arm
-    (single-change arms and the candidate; not the A/A arm) has every target metric significant after Holm.
+    (single-change arms and the candidate; not the A/A arm) has every target metric significant after Holm, or
+    a regression beyond tolerance (the harm family): either way its verdict is settled.
     Each look tests at alpha / K, so P(any false alarm at any look) <= alpha by the union bound, for any
     stopping rule and any dependence between looks; conservative (K = 4: 0.0125 where Pocock allows ~0.018).
     Every look and the alpha used are in the result. Skipped: the option cannot run here (known before the run,
@@ -252,7 +254,7 @@ def ablate(
             for a in comparable
         }
         tested = [a for a in comparable if a.tested]
-        decided = {a.name: _all_targets_significant(effects[a.name], candidate.target_metrics) for a in tested}
+        decided = {a.name: arm_decided(effects[a.name], candidate.target_metrics) for a in tested}
         last = repeats_done == look_at[-1]
         if not tested:
             stop, stop_reason = (
@@ -260,7 +262,10 @@ def ablate(
                 "no tested arm left to compare (baseline or every tested arm failed / was skipped)",
             )
         elif all(decided.values()):
-            stop, stop_reason = True, "every tested arm has every target metric beyond noise"
+            stop, stop_reason = (
+                True,
+                decided_reason({n: effects[n] for n in decided}, candidate.target_metrics),
+            )
         elif last:
             stop = True
             stop_reason = (
@@ -271,7 +276,7 @@ def ablate(
             )
         else:
             stop = False
-        look_rows += _look_rows(look, repeats_done, alpha, effects, decided, candidate.target_metrics, stop)
+        look_rows += looks_table(look, repeats_done, alpha, effects, decided, candidate.target_metrics, stop)
         if stop:
             break
 
@@ -373,41 +378,3 @@ def _ok_trials(rows: list[dict]) -> pd.DataFrame:
     cols = ["arm", "repeat", "duration_s", "phases", "resources"]
     ok = [r for r in rows if not r["failed"]]
     return pd.DataFrame(ok, columns=cols) if ok else pd.DataFrame(columns=cols)
-
-
-def _all_targets_significant(effects: pd.DataFrame, targets: tuple[str, ...]) -> bool:
-    sub = effects[effects["metric"].isin(targets)]
-    return len(sub) == len(set(targets)) and bool(sub["significant"].all())
-
-
-def _look_rows(
-    look: int,
-    repeats: int,
-    alpha: float,
-    effects: dict[str, pd.DataFrame],
-    decided: dict[str, bool],
-    targets: tuple[str, ...],
-    stop: bool,
-) -> list[dict]:
-    rows = []
-    for name, eff in effects.items():
-        for r in eff[eff["metric"].isin(targets)].itertuples():
-            rows.append(
-                {
-                    "look": look,
-                    "repeats": repeats,
-                    "alpha": alpha,
-                    "arm": name,
-                    "metric": r.metric,
-                    "diff": r.diff,
-                    "diff_lo": r.diff_lo,
-                    "diff_hi": r.diff_hi,
-                    "ratio": r.ratio,
-                    "p_value": r.p_value,
-                    "significant": bool(r.significant),
-                    "in_stopping_rule": name in decided,
-                    "arm_decided": decided.get(name),
-                    "stop": stop,
-                }
-            )
-    return rows

@@ -62,9 +62,9 @@ class AblationSettings(Frozen):
     fails the arm whether or not the targets moved.
     Sequential design (`max_repeats` set): a look after every repeat from `min_repeats` (default: `repeats`)
     to `max_repeats`; the run stops at the first look where every tested arm has every target metric
-    significant, or at `max_repeats`. Peeking is paid for with Bonferroni over the planned looks: each look
-    tests at `alpha / number_of_looks`, so the chance of any false alarm over all looks stays <= `alpha`
-    whatever the stopping rule (see `inferopt.ablate.run`)."""
+    significant or a regression beyond tolerance, or at `max_repeats`. Peeking is paid for with Bonferroni over
+    the planned looks: each look tests at `alpha / number_of_looks`, so the chance of any false alarm over all
+    looks stays <= `alpha` whatever the stopping rule (see `inferopt.ablate.run`)."""
 
     repeats: PositiveInt = Field(
         default=3, le=1000, description="trials per arm (fixed design), interleaved in seeded random order"

@@ -22,6 +22,8 @@ SMALL = [
     "--set",
     "ablation.repeats=2",
     "--set",
+    "ablation.max_repeats=null",  # the fixed design at 2 (the default candidate looks from 5 to 15)
+    "--set",
     "gate.held_prompts=4",
     "--set",
     "validation.scenarios=[{name: steady, kind: steady, num_requests: 8}, {name: burst, kind: burst, num_requests: 8}]",

@@ -16,7 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_speculative_arm_runs_and_reports_k5(tmp_path):
     cand = load_config(ROOT / "configs/candidates/speculative.yaml")
     cand = cand.model_copy(
-        update={"ablation": cand.ablation.model_copy(update={"repeats": 2, "num_requests": 6, "aa_arm": False})}
+        update={
+            "ablation": cand.ablation.model_copy(
+                update={"repeats": 2, "max_repeats": None, "num_requests": 6, "aa_arm": False}
+            )
+        }
     )
     result = ablate(cand, tmp_path)
     assert not result.trials["failed"].any(), result.trials["error"].tolist()

@@ -117,6 +117,17 @@ def test_sequential_stops_early_on_a_big_effect(tmp_path: Path) -> None:
     assert last["stop"].all() and last["arm_decided"].all() and (last["alpha"] == s["alpha_used"]).all()
 
 
+def test_sequential_stops_on_harm_when_the_targets_cannot_move(tmp_path: Path) -> None:
+    # the target (failure rate, 0 in both arms) can never move; decode twice as slow is a regression beyond
+    # tolerance at the first look, which settles the verdict: no more repeats are spent on it
+    cand = _fast({"decode_step_ms": 6.0}, ["failure_rate"], min_repeats=3, max_repeats=6)
+    res = ablate(cand, tmp_path, system_for_trial=fresh_fake_noise)
+    s = res.stopping
+    assert s["stopped_early"] and s["repeats_done"] == 3, s
+    assert "regression beyond tolerance" in s["reason"] and "tpot_ms_p50" in s["reason"]
+    assert res.verdicts["candidate"].verdict == "regresses"
+
+
 @pytest.mark.slow  # ~10-20 s of real load: off the fast suite, still in CI
 def test_sequential_runs_to_the_maximum_when_nothing_changes(tmp_path: Path) -> None:
     # a change with no effect on timing (the system's name): every look is undecided, the run goes to max

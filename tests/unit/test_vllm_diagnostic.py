@@ -1,5 +1,5 @@
 """The planted diagnostic decode delay on vLLM (benchmarks/verdict_error_rates.py --engine vllm): the knob reaches
-the server only through its own environment variable, and our vLLM plugin (scripts/vllm_plugin) sleeps in the
+the server only through its own environment variable, and our vLLM plugin (scripts/vllm_plugin) holds (busy) the
 steps that decode and in no other. vLLM's scheduler is a stub module here (vLLM is not in this virtualenv)."""
 
 from __future__ import annotations
@@ -73,13 +73,13 @@ def _step(s: _Scheduler, *req_ids: str) -> float:
     return time.perf_counter() - t0
 
 
-def test_the_plugin_sleeps_in_decoding_steps_only(stub_vllm: type[_Scheduler], monkeypatch) -> None:
+def test_the_plugin_holds_decoding_steps_only(stub_vllm: type[_Scheduler], monkeypatch) -> None:
     monkeypatch.setenv(DECODE_DELAY_ENV, "80")
     _register()
     _register()  # vLLM may load plugins more than once: planted once
     s = stub_vllm({"pre": _Req(prompt=10, computed=10), "dec": _Req(prompt=10, computed=12)})
     assert _step(s, "pre") < 0.04  # the step that finishes a prompt (its first token) is not delayed
-    assert 0.075 < _step(s, "dec") < 0.16  # a decode step sleeps once, not twice
+    assert 0.075 < _step(s, "dec") < 0.16  # a decode step is held once, not twice
     assert 0.075 < _step(s, "pre", "dec") < 0.16  # a mixed step decodes too
     assert _step(s, "gone") < 0.04  # a request the scheduler no longer holds is skipped
 
