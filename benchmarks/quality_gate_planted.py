@@ -6,11 +6,12 @@ sliced gate (paired per-slice bootstrap, non-inferiority margin) of each arm aga
   aggressive  weights quanto-int2                 expected: fails the slices it hurts
   the KV arms of `inferopt.model.quality.planted` (2- and 4-bit KV, a 128-token sliding window on the
   model's Mistral twin: the long-retrieval slice fails; hqq 8-bit KV: it passes)
-Prints the baseline accuracy table and each arm's non-passing slices; the last line is one JSON object:
+Each baseline is evaluated once (`sliced_gate`'s cache). Prints the baseline accuracy table and each arm's
+non-passing slices; the last line is one JSON object:
 {"baseline_acc": {slice: acc}, "retrieval_by_distance": {lang: {"lo-hi": acc}}, "benign_arm_passes": bool,
  "aggressive_arm_failed_slices": [...], "long_retrieval_as_planted": {arm: bool}, ...}
 
-Usage: python benchmarks/quality_gate_planted.py [--limit N] [--threads 2] [--arms a,b]
+Usage: python benchmarks/quality_gate_planted.py [--limit N] [--threads 2] [--arms a,b] [--model DIR --data-dir D]
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="documents per task (default: all)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--arms", default=None, help="comma-separated arm names to run (default: all)")
+    ap.add_argument("--model", default="builtin:quality-tiny", help="e.g. a training stage's --out (a trial)")
+    ap.add_argument("--data-dir", default=None, help="task data for --model (default: the shipped data)")
     args = ap.parse_args()
 
     from inferopt.config import GateSettings, HFSystem, ModelSpec
     from inferopt.gate.suite_gate import sliced_gate
     from inferopt.model.quality.planted import planted_kv_arms
 
-    base = HFSystem(model=ModelSpec(path="builtin:quality-tiny"), torch_threads=args.threads)
-    gate = GateSettings(quality_model="system", quality_limit=args.limit)
+    base = HFSystem(model=ModelSpec(path=args.model), torch_threads=args.threads)
+    gate = GateSettings(quality_model="system", quality_limit=args.limit, quality_data_dir=args.data_dir)
     arms = {
         "benign:quanto-int8": ("pass", base, base.model_copy(update={"weight_quantization": "quanto-int8"})),
         "aggressive:quanto-int2": ("fail", base, base.model_copy(update={"weight_quantization": "quanto-int2"})),
@@ -64,8 +67,9 @@ def main() -> None:
         arms = {k: v for k, v in arms.items() if k in args.arms.split(",")}
     out: dict = {"arms": {}}
     t0 = time.perf_counter()
+    cache: dict = {}
     for name, (_, arm_base, cand) in arms.items():
-        res = sliced_gate(arm_base, cand, gate)
+        res = sliced_gate(arm_base, cand, gate, cache=cache)
         if "baseline_acc" not in out and not res.accuracy.empty and arm_base is base:
             acc = res.accuracy[res.accuracy["arm"] == "baseline"]
             out["baseline_acc"] = {

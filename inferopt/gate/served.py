@@ -22,7 +22,7 @@ from typing import Any
 
 from inferopt.config import GateSettings, ModelSpec, OpenAISystem, VLLMSystem
 from inferopt.engines.vllm.engine import VLLMEngine
-from inferopt.gate.lmeval import SuiteResult, run_served
+from inferopt.gate.lmeval import SUITE, SuiteResult, run_served
 from inferopt.model.loading import resolve_model_dir
 
 # lm-eval requests in flight (at most the arm's max_num_seqs): the server batches them (240 docs in 63 s, 2 busy cores)
@@ -63,7 +63,7 @@ def quality_system(
 
 
 async def _serve_and_run(
-    system: VLLMSystem, gate: GateSettings, tokenizer_dir: str
+    system: VLLMSystem, gate: GateSettings, tokenizer_dir: str, tasks: tuple[str, ...] = SUITE
 ) -> tuple[SuiteResult, dict[str, Any]]:
     engine = VLLMEngine(system)
     try:
@@ -74,6 +74,7 @@ async def _serve_and_run(
             engine.base_url,
             system.name,
             tokenizer_dir,
+            tasks=tasks,
             limit=gate.quality_limit,
             data_dir=gate.quality_data_dir,
             concurrency=min(EVAL_CONCURRENCY, system.max_num_seqs or EVAL_CONCURRENCY),
@@ -84,14 +85,14 @@ async def _serve_and_run(
         await engine.stop()
 
 
-def run_vllm_served(system: VLLMSystem, gate: GateSettings) -> tuple[SuiteResult, str]:
+def run_vllm_served(system: VLLMSystem, gate: GateSettings, tasks: tuple[str, ...] = SUITE) -> tuple[SuiteResult, str]:
     """Launch the arm's server on the quality model, run the suite, stop it. Returns the result and a
     description of what was evaluated (for the gate's output). Raises when the server does not start."""
     model = system.model if gate.quality_model == "system" else ModelSpec(path=gate.quality_model)
     model_dir = resolve_model_dir(model)
     qsys, notes = quality_system(system, gate, model_dir)
     tokenizer_dir = str(Path(model.tokenizer) if model.tokenizer else model_dir)
-    result, info = asyncio.run(_serve_and_run(qsys, gate, tokenizer_dir))
+    result, info = asyncio.run(_serve_and_run(qsys, gate, tokenizer_dir, tasks))
     what = (
         f"served: vllm serve {model.path} with the arm's knobs on 127.0.0.1 (vLLM {info.get('vllm_version')}, "
         f"lm-eval local-completions)" + (f"; {'; '.join(notes)}" if notes else "")
@@ -99,7 +100,9 @@ def run_vllm_served(system: VLLMSystem, gate: GateSettings) -> tuple[SuiteResult
     return result, what
 
 
-def run_openai_served(system: OpenAISystem, gate: GateSettings) -> tuple[SuiteResult, str]:
+def run_openai_served(
+    system: OpenAISystem, gate: GateSettings, tasks: tuple[str, ...] = SUITE
+) -> tuple[SuiteResult, str]:
     """The suite against an external endpoint as configured (its own model; no tokenizer is known here, so
     the endpoint's `/tokenize` is used when it has one)."""
     if system.api != "completions":
@@ -108,6 +111,7 @@ def run_openai_served(system: OpenAISystem, gate: GateSettings) -> tuple[SuiteRe
         system.base_url,
         system.served_model,
         None,
+        tasks=tasks,
         limit=gate.quality_limit,
         data_dir=gate.quality_data_dir,
         concurrency=EVAL_CONCURRENCY,

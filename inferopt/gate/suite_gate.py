@@ -7,6 +7,7 @@ is evaluated (`SuiteGate.paths`): hf in memory (the arm's dtype, attention, weig
 the loaded model); vLLM served (`served.py`: its own `vllm serve`, one at a time); openai served with
 `quality_model: system`, else the proxy in memory with default settings (said so); fake skipped. Tasks an
 endpoint could not serve are listed per arm with the reason; only documents both arms answered are compared.
+`sliced_gate(..., tasks=, cache=)` runs a subset of the suite and reuses an arm's results across calls.
 
 Deliberately not here: the statistics (`sliced.py`), lm-eval wiring (`lmeval.py`), launching servers
 (`served.py`), the verdict.
@@ -14,6 +15,7 @@ Deliberately not here: the statistics (`sliced.py`), lm-eval wiring (`lmeval.py`
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,7 @@ import pandas as pd
 
 from inferopt.config import AnySystem, GateSettings, HFSystem, ModelSpec
 from inferopt.gate.judge import QualityStatus
-from inferopt.gate.lmeval import run_in_memory
+from inferopt.gate.lmeval import SUITE, run_in_memory
 from inferopt.gate.served import run_openai_served, run_vllm_served
 from inferopt.gate.sliced import (
     PRIMARY_METRIC,
@@ -64,7 +66,7 @@ def task_success_rate(samples: pd.DataFrame) -> float:
     return float(prim["value"].mean()) if len(prim) else float("nan")
 
 
-def run_suite(system: HFSystem, gate: GateSettings) -> Any:
+def run_suite(system: HFSystem, gate: GateSettings, tasks: tuple[str, ...] = SUITE) -> Any:
     """In memory: the arm's settings on the evaluated model, loaded in this process."""
     import torch
 
@@ -72,7 +74,9 @@ def run_suite(system: HFSystem, gate: GateSettings) -> Any:
     torch.set_num_threads(system.torch_threads)
     try:
         loaded = load_system_model(evaluated_system(system, gate))
-        return run_in_memory(loaded.model, loaded.tokenizer, limit=gate.quality_limit, data_dir=gate.quality_data_dir)
+        return run_in_memory(
+            loaded.model, loaded.tokenizer, tasks=tasks, limit=gate.quality_limit, data_dir=gate.quality_data_dir
+        )
     finally:
         torch.set_num_threads(prev)
 
@@ -90,16 +94,17 @@ def evaluation_path(system: AnySystem, gate: GateSettings) -> str | None:
     return None
 
 
-def run_arm(system: AnySystem, gate: GateSettings) -> tuple[Any, str]:
-    """The suite on one arm along its `evaluation_path`; returns (SuiteResult, what was evaluated, in words)."""
+def run_arm(system: AnySystem, gate: GateSettings, tasks: tuple[str, ...] = SUITE) -> tuple[Any, str]:
+    """The suite (`tasks` of it) on one arm along its `evaluation_path`; returns (SuiteResult, what was
+    evaluated, in words)."""
     kind = system.capabilities.quality_eval
     if kind == "served":  # a server we launch with the arm's knobs (vLLM)
-        return run_vllm_served(system, gate)
+        return run_vllm_served(system, gate, tasks)
     if kind == "endpoint":
         if gate.quality_model == "system":
-            return run_openai_served(system, gate)
+            return run_openai_served(system, gate, tasks)
         proxy = HFSystem(name=f"{system.name}-proxy", model=ModelSpec(path=gate.quality_model))
-        return run_suite(proxy, gate), (
+        return run_suite(proxy, gate, tasks), (
             f"in-memory proxy: {gate.quality_model} with default settings (an external "
             "endpoint's knobs cannot be applied to it: this is the proxy's own quality)"
         )
@@ -109,7 +114,29 @@ def run_arm(system: AnySystem, gate: GateSettings) -> tuple[Any, str]:
         if gate.quality_model == "system"
         else f"in-memory proxy: {gate.quality_model} with the arm's settings"
     )
-    return run_suite(system, gate), what
+    return run_suite(system, gate, tasks), what
+
+
+ArmCache = dict[str, tuple[Any, str]]  # `arm_key` -> run_arm's (SuiteResult, what was evaluated)
+
+
+def arm_key(system: AnySystem, gate: GateSettings, tasks: tuple[str, ...]) -> str:
+    """Everything an arm's suite result depends on: the whole system, the evaluated model, the documents."""
+    what = [system.model_dump(mode="json"), gate.quality_model, gate.quality_limit, gate.quality_data_dir, tasks]
+    return json.dumps(what, sort_keys=True, default=str)
+
+
+def cached_arm(
+    system: AnySystem, gate: GateSettings, tasks: tuple[str, ...], cache: ArmCache | None
+) -> tuple[Any, str]:
+    """`run_arm`, once per `arm_key` when a cache is given (greedy decoding and log-likelihoods are
+    deterministic: a baseline shared by several candidates is evaluated once; the statistics are the same)."""
+    if cache is None:
+        return run_arm(system, gate, tasks)
+    key = arm_key(system, gate, tasks)
+    if key not in cache:
+        cache[key] = run_arm(system, gate, tasks)
+    return cache[key]
 
 
 def distance_lines(dist: pd.DataFrame) -> list[str]:
@@ -125,9 +152,17 @@ def distance_lines(dist: pd.DataFrame) -> list[str]:
     return out
 
 
-def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGate:
-    """Run the suite on both arms and compare them slice by slice; never raises (a failure is `skipped`
-    with the reason, and the verdict decides what a skipped required gate means)."""
+def sliced_gate(
+    base: AnySystem,
+    cand: AnySystem,
+    gate: GateSettings,
+    *,
+    tasks: tuple[str, ...] = SUITE,
+    cache: ArmCache | None = None,
+) -> SuiteGate:
+    """Run the suite (its `tasks`) on both arms and compare them slice by slice; never raises (a failure is
+    `skipped` with the reason, and the verdict decides what a skipped required gate means). `cache` (a dict
+    kept by the caller) reuses an arm's results when the same arm comes again (`cached_arm`)."""
     arms = {"baseline": base, "candidate": cand}
     paths = {arm: evaluation_path(s, gate) for arm, s in arms.items()}
     if None in paths.values():
@@ -148,7 +183,7 @@ def sliced_gate(base: AnySystem, cand: AnySystem, gate: GateSettings) -> SuiteGa
     said: dict[str, str] = {}
     for arm, system in arms.items():
         try:
-            results[arm], said[arm] = run_arm(system, gate)
+            results[arm], said[arm] = cached_arm(system, gate, tasks, cache)
         except Exception as exc:  # noqa: BLE001 - evidence that could not be gathered is reported, not raised
             return SuiteGate(
                 "skipped",

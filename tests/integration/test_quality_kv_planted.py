@@ -1,7 +1,8 @@
 """The planted KV proof (issue 20; SPEC G2, K2): on the shipped quality model, 2- and 4-bit KV caches and a
 sliding window shorter than the context each fail the long key-value retrieval slice beyond its CI; an
 8-bit KV cache passes it. The window arm runs on the model's Mistral twin (same weights; Llama attention
-has no window) against the twin without one."""
+has no window) against the twin without one. Only the kv task runs, and each baseline once (a shared cache):
+the long slice's statistics are those of the full suite."""
 
 from __future__ import annotations
 
@@ -34,16 +35,26 @@ BASE = HFSystem(model=ModelSpec(path="builtin:quality-tiny"), torch_threads=2)
 GATE = GateSettings(quality_model="system", quality_bootstrap=1000)
 
 
+KV_ONLY = ("inferopt_kv",)
+
+
+@pytest.fixture(scope="module")
+def cache() -> dict:
+    return {}
+
+
 @pytest.fixture(scope="module")
 def arms(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return planted_kv_arms(BASE, tmp_path_factory.mktemp("twin"))
 
 
 # Known gap (issue 20, open): kv v3's answer is one token computed in the prompt's forward pass, which attends
-# with the unquantized K/V even under transformers' quantized cache, so only 2-bit KV (it breaks the end-of-answer
-# token) shows harm; 4-bit needs a task whose retrieved value is a decode-step token. Strict: a pass is news.
+# with the unquantized K/V even under transformers' quantized cache, so only 2-bit KV shows harm. A v4 trial (two
+# digits: the second is a decode step that reads the cache) did not close it: 4-bit quanto KV moved that step's
+# distribution (KL 0.01 nats) but the long slice only by -0.025, inconclusive (training_trials.json). Strict: a
+# pass is news.
 INT4_GAP = pytest.mark.xfail(
-    strict=True, reason="4-bit KV cannot reach a one-token answer computed in the prefill pass (kv v3)"
+    strict=True, reason="4-bit quanto KV does not flip this model's retrieval (v3: prefill; a v4 trial: decode)"
 )
 
 
@@ -56,9 +67,9 @@ INT4_GAP = pytest.mark.xfail(
         "benign:kv-hqq-int8",
     ],
 )
-def test_the_long_retrieval_slice_catches_what_was_planted(arms: dict, name: str) -> None:
+def test_the_long_retrieval_slice_catches_what_was_planted(arms: dict, cache: dict, name: str) -> None:
     expect, base, cand = arms[name]
-    res = sliced_gate(base, cand, GATE)
+    res = sliced_gate(base, cand, GATE, tasks=KV_ONLY, cache=cache)
     row = res.table[(res.table["slice"] == LONG_SLICE) & (res.table["metric"] == "exact")].iloc[0]
     assert row["base_mean"] >= 0.8, f"the baseline must retrieve at long context first: {row.to_dict()}"
     assert row["status"] == expect, (name, row.to_dict(), res.reasons)

@@ -35,7 +35,7 @@ def _kv(kv_format: str = "v2", per_slice: int = 14) -> list:
     return [e for e in eval_set(per_slice=per_slice, kv_format=kv_format) if e.slice["task"] == "kv"]
 
 
-@pytest.mark.parametrize("kv_format", ["v2", "v3"])
+@pytest.mark.parametrize("kv_format", ["v2", "v3", "v4"])
 def test_long_kv_fits_the_served_context_and_spreads_distance_over_every_bucket(kv_format: str) -> None:
     long = [e for e in _kv(kv_format) if e.slice["context"] == "long"]
     lengths = [prompt_tokens(e.prompt) for e in long]
@@ -48,11 +48,11 @@ def test_long_kv_fits_the_served_context_and_spreads_distance_over_every_bucket(
         assert sorted(buckets) == list(range(KV_LONG_BUCKETS)) and max(buckets.values()) - min(buckets.values()) <= 1
 
 
-@pytest.mark.parametrize("kv_format", ["v2", "v3"])
+@pytest.mark.parametrize("kv_format", ["v2", "v3", "v4"])
 def test_distance_is_where_the_queried_key_sits_and_the_key_is_unique(kv_format: str) -> None:
     for e in _kv(kv_format):
-        key = e.prompt.rsplit("?", 1)[1].strip()  # v3 asks ` ? q`, v2 ` ?q`
-        assert len(e.answer) == (1 if kv_format == "v3" else 3)
+        key = e.prompt.rsplit("?", 1)[1].strip()  # v3, v4 ask ` ? q`, v2 ` ?q`
+        assert len(e.answer) == {"v3": 1, "v4": 2}.get(kv_format, 3) and e.answer.isdigit()
         raw, d = e.prompt.encode(), int(e.slice["distance"])
         assert d == kv_distance(e.prompt, key)
         end = len(raw) - 1 - d  # the queried key's last byte in the context, then its value
@@ -114,6 +114,35 @@ def test_v3_training_never_asks_a_held_out_triple_first_and_trains_one_digit_val
         ids, labels = encode(tok, ex)
         assert tok.decode([t for t in labels if t != -100]) == "".join(v for _, v in asked) + "<eos>"
     assert 40 < bare < 120  # about a quarter are bare pairs, the short slice's form
+
+
+def test_v4_training_never_asks_a_held_out_pair_and_trains_both_digits() -> None:
+    from inferopt.model.build import build_byte_tokenizer
+    from inferopt.model.quality.train import encode
+
+    tok = build_byte_tokenizer(288)
+    rng = random.Random(5)
+    for i in range(300):
+        lang = ("en", "zh")[i % 2]
+        ex = kv_long_example(rng, lang, KV_TOKEN_LEVELS[i % len(KV_TOKEN_LEVELS)], queries=6, kv_format="v4")
+        assert prompt_tokens(ex.prompt + ex.answer) <= 512 - 1
+        context, key = ex.prompt.rsplit(" ? ", 1)
+        pairs = [p for p in context.split(" ") if p[-1:].isdigit()]
+        asked = [(key, ex.answer.split(" ")[0])] + [(q[:-2], q[-2:]) for q in ex.answer.split(" ? ")[1:]]
+        assert all(f"{k}{v}" in pairs and len(v) == 2 and v.isdigit() for k, v in asked), ex
+        assert not any(_holdout("kv4", k, v) for k, v in asked)
+        ids, labels = encode(tok, ex)
+        assert tok.decode([t for t in labels if t != -100]) == "".join(v for _, v in asked) + "<eos>"
+
+
+def test_v4_values_are_two_tokens_so_the_second_is_decoded_from_the_cache() -> None:
+    from inferopt.model.build import build_byte_tokenizer
+
+    tok = build_byte_tokenizer(288)
+    kv4 = _kv("v4", per_slice=30)
+    assert all(len(tok(e.answer, add_special_tokens=False)["input_ids"]) == 2 for e in kv4)
+    assert all(_holdout("kv4", e.prompt.rsplit("?", 1)[1].strip(), e.answer) for e in kv4)
+    assert len({e.answer for e in kv4}) > 50  # 00-99, not a handful of values
 
 
 def test_eval_pairs_are_held_out_by_construction() -> None:
@@ -211,9 +240,37 @@ def test_the_language_behind_gets_two_thirds_of_the_curriculum_not_all() -> None
     assert 0.42 < even["en"] / 600 < 0.58
 
 
-def test_v3_data_keeps_every_other_tasks_documents_of_v1() -> None:
+@pytest.mark.parametrize("kv_format", ["v3", "v4"])
+def test_v3_v4_data_keep_every_other_tasks_documents_of_v1(kv_format: str) -> None:
     """Only the kv documents change with the kv format: the other slices compare document for document."""
-    v1, v3 = eval_set(per_slice=14, kv_format="v1"), eval_set(per_slice=14, kv_format="v3")
+    v1, v3 = eval_set(per_slice=14, kv_format="v1"), eval_set(per_slice=14, kv_format=kv_format)
     assert [e for e in v1 if e.slice["task"] != "kv"] == [e for e in v3 if e.slice["task"] != "kv"]
     kv1, kv3 = [e for e in v1 if e.slice["task"] == "kv"], [e for e in v3 if e.slice["task"] == "kv"]
-    assert len(kv1) == len(kv3) and {e.answer for e in kv3} <= set("0123456789")
+    assert len(kv1) == len(kv3) and all(e.answer.isdigit() for e in kv3)
+
+
+def test_the_trainer_records_its_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferopt.model.quality.train import command_line
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    cmd = command_line(["--out", "a dir", "--kv-format", "v4"])
+    assert cmd.startswith("OMP_NUM_THREADS=1 ") and "OMP_WAIT_POLICY" not in cmd
+    assert cmd.endswith("python -m inferopt.model.quality.train --out 'a dir' --kv-format v4")
+
+
+def test_level_start_per_language_and_the_bare_share() -> None:
+    import argparse
+
+    from inferopt.model.quality.train import level_start
+
+    assert level_start("6") == 6 and level_start("en=0,zh=6") == {"en": 0, "zh": 6}
+    with pytest.raises(argparse.ArgumentTypeError, match="each of"):
+        level_start("en=2")
+    rng = random.Random(6)
+    for share, lo, hi in ((0.25, 30, 70), (0.75, 130, 170)):
+        bare = 0
+        for _ in range(200):
+            ex = kv_long_example(rng, "en", 480, queries=6, kv_format="v4", bare_share=share)
+            bare += not any(c.isupper() for c in ex.prompt)  # filler is uppercase
+        assert lo < bare < hi, (share, bare)

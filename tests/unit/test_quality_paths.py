@@ -16,7 +16,7 @@ from inferopt.config import (
     VLLMSystem,
 )
 from inferopt.gate import suite_gate
-from inferopt.gate.lmeval import SuiteResult
+from inferopt.gate.lmeval import SUITE, SuiteResult
 from inferopt.gate.served import quality_system
 from inferopt.model.builtin import shipped_dir
 
@@ -108,7 +108,7 @@ def test_evaluation_path(system, quality_model: str, path: str | None) -> None:
 def _stub(monkeypatch: pytest.MonkeyPatch, by_engine: dict[str, SuiteResult]) -> list[str]:
     called: list[str] = []
 
-    def run_arm(system, gate):
+    def run_arm(system, gate, tasks=SUITE):
         called.append(system.engine)
         return by_engine[system.engine], f"stub {system.engine}"
 
@@ -145,7 +145,7 @@ def test_two_external_endpoints_on_the_proxy_claim_nothing(monkeypatch: pytest.M
 
 
 def test_a_server_that_does_not_start_skips_the_suite_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    def run_arm(system, gate):
+    def run_arm(system, gate, tasks=SUITE):
         raise RuntimeError("vllm server exited with code 1")
 
     monkeypatch.setattr(suite_gate, "run_arm", run_arm)
@@ -192,3 +192,32 @@ def test_the_gate_reports_retrieval_by_distance(monkeypatch: pytest.MonkeyPatch)
     assert (pooled["base_acc"] == 1.0).all()
     assert any("retrieval by key-to-query distance" in r for r in res.reasons)
     assert any(r.strip().startswith("128-191 1.000 -> 0.000") for r in res.reasons)
+
+
+def test_a_cache_runs_a_shared_baseline_once_and_keeps_the_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three candidates against one baseline: the baseline runs once; the tables equal uncached runs."""
+    asked: list[tuple[str, tuple[str, ...]]] = []
+    by_name = {"hf": _kv_samples(448), "c1": _kv_samples(128), "c2": _kv_samples(256), "c3": _kv_samples(448)}
+
+    def run_arm(system, gate, tasks=SUITE):
+        asked.append((system.name, tasks))
+        return SuiteResult({}, by_name[system.name]), f"stub {system.name}"
+
+    monkeypatch.setattr(suite_gate, "run_arm", run_arm)
+    gate, kv = GateSettings(quality_bootstrap=200), ("inferopt_kv",)
+    base = HF.model_copy(update={"name": "hf"})
+    cands = [HF.model_copy(update={"name": n, "kv_cache": "quanto-int4"}) for n in ("c1", "c2", "c3")]
+    cache: dict = {}
+    cached = [suite_gate.sliced_gate(base, c, gate, tasks=kv, cache=cache) for c in cands]
+    assert [n for n, _ in asked] == ["hf", "c1", "c2", "c3"] and {t for _, t in asked} == {kv}
+    plain = [suite_gate.sliced_gate(base, c, gate, tasks=kv) for c in cands]
+    assert len(asked) == 10  # without a cache every call runs both arms
+    for a, b in zip(cached, plain, strict=True):
+        pd.testing.assert_frame_equal(a.table, b.table)
+        assert a.status == b.status
+    assert [r.status for r in cached] == ["fail", "fail", "pass"]
+    other = base.model_copy(
+        update={"torch_threads": base.torch_threads + 1}
+    )  # any setting of the system is part of the key
+    assert suite_gate.arm_key(other, gate, kv) != suite_gate.arm_key(base, gate, kv)
+    assert suite_gate.arm_key(base, gate, SUITE) != suite_gate.arm_key(base, gate, kv)

@@ -6,12 +6,12 @@ Four tasks, each in English and Chinese (two scripts, same task), so a change th
   kv    `a381 q902 m117 w555 ?q` -> `902` (4 pairs). v1 long: 24 pairs, the queried one in the first quarter.
         v2 long (`kv_format="v2"`, issue 20): 420-480 tokens of uppercase filler with 8 pairs, the queried
         key at a stratified distance from the query (7 buckets of 64 tokens), kept in the slice's `distance`.
-        v3: v2 with one-digit values and the query ` ? q` (`kv_value`, `kv_query`): one induction step.
+        v3: one-digit values, query ` ? q` (`kv_value`, `kv_query`). v4: two digits (` ? q` -> `90`, exact
+        match): the second is a decode step, which reads the (maybe quantized) KV cache; v3's was prefill.
 Every example has a stable `id` and a `slice` {task, lang, context, risk[, distance]}. Evaluation examples
 come from a fixed seed and are held out of training by construction (`_holdout` on the operands / key and
 value / order id). The data in the tree follows the shipped weights' format (`shipped_kv_format`).
-Deliberately not here: training (`inferopt.model.quality.train`), lm-eval task files (`inferopt/gate/tasks/`),
-scoring and statistics (`inferopt.gate.sliced`).
+Not here: training (`inferopt.model.quality.train`), lm-eval tasks (`inferopt/gate/tasks/`), scoring (`sliced`).
 """
 
 from __future__ import annotations
@@ -115,8 +115,9 @@ def kv(rng: random.Random, lang: str, split: Split, long: bool) -> Example | Non
     )
 
 
-KV_FORMATS = ("v1", "v2", "v3")
-KV_DISTANCE_FORMATS = ("v2", "v3")  # filler between the pairs, the queried one at a stratified distance
+KV_FORMATS = ("v1", "v2", "v3", "v4")
+KV_DISTANCE_FORMATS = ("v2", "v3", "v4")  # filler between the pairs, the queried one at a stratified distance
+KV_SPACED_QUERY_FORMATS = ("v3", "v4")  # ` ? q` queries, any of the short slice's pairs asked
 KV_LONG_TOKENS = (420, 481)  # v2 long prompt tokens (bytes + <bos>): 512 positions less 8 generated (lm-eval
 # truncates a prompt to max_length - max_gen_toks from the left) with room to spare
 KV_LONG_PAIRS = 8  # v2 long: pairs in the context, the queried one at a controlled distance from the query
@@ -151,7 +152,7 @@ def kv_query(key: str, kv_format: str = "v2") -> str:
     """The query that ends a prompt: ` ?q` (v2); v3 ` ? q`, so it ends with the very bigram (space, key)
     that precedes the value in the context (the Chinese keys' three bytes already matched on more than one
     token, and Chinese retrieval was learned first in every stage)."""
-    return f" ? {key}" if kv_format == "v3" else f" ?{key}"
+    return f" ? {key}" if kv_format in KV_SPACED_QUERY_FORMATS else f" ?{key}"
 
 
 def bare_distance(rng: random.Random, keys: list[str], values: list[str], kv_format: str) -> int:
@@ -192,16 +193,22 @@ def kv_keys(lang: str) -> list[str]:
 
 
 def kv_value(rng: random.Random, kv_format: str = "v2") -> str:
-    """A value: three digits (v1, v2) or one (v3). With three, the shipped model found the first digit
-    after a one-letter key (0.9 en, v1 short) but lost its place for the next two (0.4 for all three):
-    each further digit is another lookup keyed on two tokens; one digit is a single induction step."""
-    return str(rng.randrange(10)) if kv_format == "v3" else f"{rng.randrange(100, 1000)}"
+    """A value: three digits (v1, v2), one (v3) or two (v4, 00-99). With three, the shipped model found the
+    first digit after a one-letter key (0.9 en, v1 short) but lost its place for the next two (0.4 for all
+    three): each further digit is another lookup keyed on two tokens; one digit is a single induction step,
+    but it is computed in the prefill pass; v4's second digit is the one decode step that reads the cache."""
+    if kv_format == "v3":
+        return str(rng.randrange(10))
+    return f"{rng.randrange(100):02d}" if kv_format == "v4" else f"{rng.randrange(100, 1000)}"
 
 
 def kv_held_out(kv_format: str, keys: list[str], values: list[str]) -> bool:
     """Whether the query of `keys[0]` (value `values[0]`) is reserved for evaluation. v2 holds out (key,
     value); v3's one-digit values leave only 260 such pairs in English, so it holds out (key, value, the
-    next pair's key) instead: training never asks an evaluation triple."""
+    next pair's key) instead: training never asks an evaluation triple. v4 (2,600 pairs in English) holds
+    out (key, value) again."""
+    if kv_format == "v4":
+        return _holdout("kv4", keys[0], values[0])
     if kv_format == "v3":
         return _holdout("kv3", keys[0], values[0], keys[1])
     return _holdout("kv2", keys[0], values[0])
@@ -218,7 +225,7 @@ def kv_v2(
     """Key-value retrieval across distance. Short: 4 pairs, nothing else (v1's form with v2 keys). Long:
     ~420-480 tokens of filler with `KV_LONG_PAIRS` pairs, the queried pair `bucket`*64 + U[0, 64) tokens
     before the query (a random bucket when None). The slice carries the measured `distance` in tokens.
-    `kv_format` v3: one-digit values (`kv_value`)."""
+    `kv_format` v3: one-digit values (`kv_value`), v4 two-digit ones."""
     n_pairs = KV_LONG_PAIRS if long else 4
     keys = rng.sample(kv_keys(lang), n_pairs)
     values = [kv_value(rng, kv_format) for _ in keys]
@@ -226,8 +233,9 @@ def kv_v2(
     b = rng.randrange(KV_LONG_BUCKETS) if bucket is None else bucket
     if long:
         target = b * KV_DISTANCE_BUCKET + rng.randrange(KV_DISTANCE_BUCKET)
-    else:  # v2: 0-63 puts the queried pair first (the bare context is shorter); v3 asks any of the 4
-        target = bare_distance(rng, keys, values, kv_format) if kv_format == "v3" else rng.randrange(64)
+    else:  # v2: 0-63 puts the queried pair first (the bare context is shorter); v3, v4 ask any of the 4
+        spaced = kv_format in KV_SPACED_QUERY_FORMATS
+        target = bare_distance(rng, keys, values, kv_format) if spaced else rng.randrange(64)
     if kv_held_out(kv_format, keys, values) != (split == "eval"):
         return None
     distance = min(max(target, 8), n_tokens - 24) if long else target
@@ -332,7 +340,11 @@ def stream(
 
 def _eval_one(rng: random.Random, task: str, lang: str, long: bool, kv_format: str, i: int) -> Example | None:
     if task == "kv" and long and kv_format in KV_DISTANCE_FORMATS:  # distance buckets in turn: all equally often
-        return kv_v2(rng, lang, "eval", True, bucket=i % KV_LONG_BUCKETS, kv_format=kv_format)
+        bucket = i % KV_LONG_BUCKETS
+        ex = kv_v2(rng, lang, "eval", True, bucket=bucket, kv_format=kv_format)
+        # v4: a pair placed across a bucket's edge is drawn again (v2, v3 kept it; their data stays as shipped)
+        landed = ex is None or int(ex.slice["distance"]) // KV_DISTANCE_BUCKET == bucket or kv_format != "v4"
+        return ex if landed else None
     return one(rng, task, lang, "eval", long, kv_format)
 
 
@@ -349,7 +361,7 @@ def eval_set(
     per_slice: int = 60, seed: int = 20261130, kv_format: str = "v1", others_as_v1: bool = True
 ) -> list[Example]:
     """The fixed evaluation set: `per_slice` held-out examples for every (task, lang, context) cell
-    (`kv_format` v2, v3: the long kv cell has the queried pair at stratified distances). v3 with
+    (`kv_format` v2-v4: the long kv cell has the queried pair at stratified distances). v3, v4 with
     `others_as_v1`: the kv cells come from their own generator and the shared one is advanced as v1's
     kv cells would, so every other task's documents stay those of v1 (compared document for document)."""
     rng = random.Random(seed)
@@ -358,7 +370,7 @@ def eval_set(
     for task in TASKS:
         for lang in LANGS:
             for long in (False, True) if task in ("kv", "tool") else (False,):
-                if task == "kv" and kv_format == "v3" and others_as_v1:
+                if task == "kv" and kv_format in KV_SPACED_QUERY_FORMATS and others_as_v1:
                     _cell(rng, task, lang, long, "v1", per_slice)
                     out += _cell(kv_rng, task, lang, long, kv_format, per_slice)
                 else:

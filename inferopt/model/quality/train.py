@@ -18,6 +18,8 @@ import json
 import math
 import os
 import random
+import shlex
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,6 +30,8 @@ from inferopt.model.quality.corpus import (
     _EN_KEYS,
     _ZH_KEYS,
     KV_DISTANCE_FORMATS,
+    KV_FORMATS,
+    KV_SPACED_QUERY_FORMATS,
     LANGS,
     Example,
     _holdout,
@@ -47,7 +51,7 @@ from inferopt.model.quality.corpus import (
 KV_LEVELS = (2, 3, 4, 6, 8, 12, 24)  # pairs per kv curriculum example, easiest first (`kv_format` v1)
 KV_TOKEN_LEVELS = (32, 64, 128, 192, 256, 352, 480)  # v2: longest context per curriculum level, per language
 KV_TRAIN_QUERIES = 3  # v2: queries per training context (only the values are trained): 3x the signal per token
-KV_TRAIN_QUERIES_V3 = 6  # v3: one-token values make a query cheap (4-6 tokens), so more of them per context
+KV_TRAIN_QUERIES_V3 = 6  # v3, v4: short values make a query cheap (4-7 tokens), so more of them per context
 
 MODEL_SPEC: dict[str, Any] = {
     "vocab_size": 288,
@@ -178,10 +182,14 @@ def _kv_draw(rng: random.Random, level: int) -> Example:
 
 
 def _train_value(rng: random.Random, key: str, kv_format: str = "v2") -> str:
-    """A value for `key` such that (key, value) is never a held-out evaluation answer (v1 or v2; v3 holds
-    out triples instead, see `kv_long_example`)."""
+    """A value for `key` such that (key, value) is never a held-out evaluation answer (v1, v2 or v4; v3
+    holds out triples instead, see `kv_long_example`)."""
     if kv_format == "v3":
         return kv_value(rng, kv_format)
+    if kv_format == "v4":
+        while _holdout("kv4", key, v := kv_value(rng, kv_format)):
+            pass
+        return v
     while True:
         v = f"{rng.randrange(100, 1000)}"
         if not any((_holdout("kv2", key, v), _holdout("kv", key, v, 4), _holdout("kv", key, v, 24))):
@@ -189,13 +197,18 @@ def _train_value(rng: random.Random, key: str, kv_format: str = "v2") -> str:
 
 
 def kv_long_example(
-    rng: random.Random, lang: str, max_tokens: int, queries: int = KV_TRAIN_QUERIES, kv_format: str = "v2"
+    rng: random.Random,
+    lang: str,
+    max_tokens: int,
+    queries: int = KV_TRAIN_QUERIES,
+    kv_format: str = "v2",
+    bare_share: float = 0.25,
 ) -> Example:
     """Training-only v2/v3 retrieval: a context of 24..`max_tokens` tokens (filler + 2-12 pairs, the first at
     a uniform random distance), then `queries` queries in turn (`?k` value); with queries=1 it is an eval-form
-    example (task `kvc`). v3 (one-digit values): a quarter of the contexts are bare pairs (2-8, no filler,
-    the short slice's form: retrieval with and without filler were learned separately in stage 4)."""
-    bare = kv_format == "v3" and rng.random() < 0.25
+    example (task `kvc`). v3, v4: `bare_share` of the contexts are bare pairs (2-8, no filler, the short
+    slice's form: retrieval with and without filler were learned separately in stage 4)."""
+    bare = kv_format in KV_SPACED_QUERY_FORMATS and rng.random() < bare_share
     n_tokens = 0 if bare else rng.randrange(24, max_tokens + 1)
     keys_all = kv_keys(lang)
     pair_tokens = len(f"{keys_all[0]}{kv_value(random.Random(0), kv_format)} ".encode())
@@ -215,7 +228,9 @@ def kv_long_example(
     return Example(f"{task}-{lang}-{n_tokens}-{kv_tag(kv_format, keys, values)}", prompt, answer, _slice(task, lang))
 
 
-def _kv_long_draw(rng: random.Random, levels: dict[str, int], kv_format: str = "v2") -> Example:
+def _kv_long_draw(
+    rng: random.Random, levels: dict[str, int], kv_format: str = "v2", bare_share: float = 0.25
+) -> Example:
     """A v2 curriculum example: half at its language's level length, half from the easier ones; a language
     behind the other gets 2/3 of the draws (stage 4 gave it 5/6 and the other language's short retrieval
     decayed: zh short dev 0.83 -> 0.5)."""
@@ -223,8 +238,8 @@ def _kv_long_draw(rng: random.Random, levels: dict[str, int], kv_format: str = "
     ahead = [lang for lang in LANGS if lang not in behind]
     lang = (behind[0] if rng.random() < 2 / 3 else ahead[0]) if behind else rng.choice(LANGS)
     top = levels[lang] if rng.random() < 0.5 else rng.randrange(levels[lang] + 1)
-    queries = KV_TRAIN_QUERIES_V3 if kv_format == "v3" else KV_TRAIN_QUERIES
-    return kv_long_example(rng, lang, KV_TOKEN_LEVELS[top], queries, kv_format)
+    queries = KV_TRAIN_QUERIES_V3 if kv_format in KV_SPACED_QUERY_FORMATS else KV_TRAIN_QUERIES
+    return kv_long_example(rng, lang, KV_TOKEN_LEVELS[top], queries, kv_format, bare_share)
 
 
 def _kv_level_check(
@@ -281,11 +296,13 @@ def train(
     mix: dict[str, float] | None = None,
     kv_curriculum: float = 0.0,
     kv_format: str = "v1",
-    kv_level_start: int = 0,
+    kv_level_start: int | dict[str, int] = 0,
+    kv_bare_share: float = 0.25,
     kv_patience: int = 0,
     batch_tokens: int | None = None,
     checkpoint: bool = True,
     max_steps: int | None = None,
+    command: str | None = None,
 ) -> dict[str, Any]:
     """Train and save; returns the training record written to `training.json`.
 
@@ -295,10 +312,11 @@ def train(
     2 pairs first, one level up each time the current level's accuracy reaches 0.8). With `kv_format` "v2"
     the curriculum is retrieval across distance (`KV_TOKEN_LEVELS`, one level per language, starting at
     `kv_level_start`; a level also advances after `kv_patience` evaluations at it when > 0) and the dev set
-    is the v2 one (v3: the same with one-digit values). `batch_tokens` caps a batch's padded tokens (long
+    is the v2 one (v3, v4: the same with one- or two-digit values). `batch_tokens` caps a batch's padded tokens (long
     batches get fewer examples). `checkpoint` writes weights and curve to `out_dir` at every evaluation;
     `max_steps` ends the stage after that many steps (a stage cut at a checkpoint's step is reproduced by
     `max_steps` = that step: evaluations draw from their own generators, so they do not change training).
+    `command` (the command line, `main` passes its own) is recorded in the stage entry.
 
     Recipe (from trials on this machine): loss on answer tokens only; a copy curriculum first (copy + short
     retrieval until copy is learned), then the full mix; AdamW lr 1.5e-3, betas (0.9, 0.98), warm-up, cosine
@@ -314,7 +332,9 @@ def train(
     1.00, long 0.95 / 1.00 (v2 had 0.23 / 0.80 and 0 / 0.02 after 56 min), but tool slices -0.03..-0.10
     (order ids with a digit repeated). Stage 7 from it: `--kv-curriculum 0.3 --mix arith=0.2,tool=0.5,mc=0.3
     --lr 3e-4 --kv-level-start 6 --eval-every 600 --max-steps 600 --planned-steps 600 --seed 21` (8 min):
-    tool 1.00 on all four, kv short 1.00 / 1.00, long 0.98 / 1.00. Exact commands: `training.json`."""
+    tool 1.00 on all four, kv short 1.00 / 1.00, long 0.98 / 1.00. Exact commands: `training.json`.
+    kv v4 (two-digit values) trials from stage 7, not shipped (`training_trials.json`): in 25 + 16 minutes zh
+    learned the second digit (dev short 1.0) and en did not (0.25-0.4)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -340,7 +360,8 @@ def train(
     t0 = time.perf_counter()
     phase, step = ("mix" if init_from else "copy"), 0
     kv_level = 0
-    levels = {lang: kv_level_start for lang in LANGS}  # v2: per-language curriculum level
+    start = kv_level_start if isinstance(kv_level_start, dict) else dict.fromkeys(LANGS, kv_level_start)
+    levels = {lang: start[lang] for lang in LANGS}  # v2: per-language curriculum level
     evals_at = {lang: 0 for lang in LANGS}
     kv_dev_rng = random.Random(seed + 4242)
     model.train()
@@ -356,8 +377,11 @@ def train(
         "kv_curriculum": kv_curriculum,
         "kv_format": kv_format,
         "kv_level_start": kv_level_start,
+        "kv_bare_share": kv_bare_share,
         "kv_patience": kv_patience,
         "batch_tokens": batch_tokens,
+        "max_steps": max_steps,
+        "command": command,
     }
     while True:
         if not pending:  # length-bucketed batches: draw 8 batches' worth, sort by length, shuffle the batches
@@ -366,7 +390,7 @@ def train(
             pool = [
                 copy_task(rng)
                 if (r := rng.random()) < share
-                else (_kv_long_draw(rng, levels, kv_format) if distance_kv else _kv_draw(rng, kv_level))
+                else (_kv_long_draw(rng, levels, kv_format, kv_bare_share) if distance_kv else _kv_draw(rng, kv_level))
                 if r < share + kv_share
                 else next(examples_stream)
                 for _ in range(8 * batch_size)
@@ -472,6 +496,25 @@ def save_stage(
     return record
 
 
+def level_start(text: str) -> int | dict[str, int]:
+    """`--kv-level-start`: one level for both languages (`6`) or one per language (`en=0,zh=6`)."""
+    if "=" not in text:
+        return int(text)
+    levels = {k.strip(): int(v) for k, v in (part.split("=") for part in text.split(","))}
+    if set(levels) != set(LANGS):
+        raise argparse.ArgumentTypeError(f"--kv-level-start {text!r}: give a level for each of {LANGS}")
+    return levels
+
+
+def command_line(argv: list[str]) -> str:
+    """This run's command as it can be typed again: the OpenMP settings and nice level it ran under, then
+    `python -m inferopt.model.quality.train` and its arguments."""
+    env = [f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY") if k in os.environ]
+    nice = os.nice(0)
+    prefix = [*env, *(["nice", "-n", str(nice)] if nice else [])]
+    return shlex.join([*prefix, "python", "-m", "inferopt.model.quality.train", *argv])
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
@@ -490,8 +533,14 @@ def main(argv: list[str] | None = None) -> None:
         default=0.0,
         help="share of each batch given to curriculum key-value examples (2 pairs first), e.g. 0.5",
     )
-    p.add_argument("--kv-format", choices=("v1", "v2", "v3"), default="v1", help="v2, v3: retrieval across distance")
-    p.add_argument("--kv-level-start", type=int, default=0, help="v2: first curriculum level (KV_TOKEN_LEVELS)")
+    p.add_argument("--kv-format", choices=KV_FORMATS, default="v1", help="v2-v4: retrieval across distance")
+    p.add_argument(
+        "--kv-level-start",
+        type=level_start,
+        default=0,
+        help="v2: first curriculum level (KV_TOKEN_LEVELS), e.g. 6, or per language: en=0,zh=6",
+    )
+    p.add_argument("--kv-bare-share", type=float, default=0.25, help="v3, v4: share of bare-pair contexts")
     p.add_argument("--kv-patience", type=int, default=0, help="v2: also advance a level after this many evals")
     p.add_argument("--batch-tokens", type=int, default=None, help="cap on a batch's padded tokens")
     p.add_argument("--max-steps", type=int, default=None, help="end the stage after this many steps")
@@ -511,9 +560,11 @@ def main(argv: list[str] | None = None) -> None:
         kv_curriculum=a.kv_curriculum,
         kv_format=a.kv_format,
         kv_level_start=a.kv_level_start,
+        kv_bare_share=a.kv_bare_share,
         kv_patience=a.kv_patience,
         batch_tokens=a.batch_tokens,
         max_steps=a.max_steps,
+        command=command_line(sys.argv[1:] if argv is None else argv),
     )
     print(
         json.dumps(

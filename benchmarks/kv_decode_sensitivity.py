@@ -1,0 +1,78 @@
+"""Can a KV-cache arm change a decoded answer at all? (issue 20: the planted 4-bit KV arm.)
+
+For the long kv documents of the quality model's task data, each arm prefills the prompt and decodes
+`--tokens` tokens greedily; the last decode step's distribution is compared with the dynamic (full-precision)
+cache's: KL divergence (nats), argmax agreement, and exact answers. A decode step after prefill reads the
+cache as stored (quantized), the prefill pass does not, so with kv v4 data (two-digit values, `--tokens 2`)
+the second digit is where a KV arm can show harm. Prints one line per arm; the last line is one JSON object
+{arm: {"kl_mean", "kl_max", "argmax_agree", "exact", "n"}}.
+
+Usage: python benchmarks/kv_decode_sensitivity.py --model DIR --data-dir D [--arms quanto-int4,...] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def long_kv_docs(data_dir: str, limit: int) -> list[dict]:
+    rows = [json.loads(x) for x in (Path(data_dir) / "kv.jsonl").read_text(encoding="utf-8").splitlines() if x]
+    return [r for r in rows if r["slice"]["context"] == "long"][:limit]
+
+
+def last_step(model_dir: str, kv_cache: str, docs: list[dict], tokens: int):
+    """(log-softmax of the last decode step per document, the decoded answers) under one KV setting."""
+    import torch
+
+    from inferopt.config import HFSystem, ModelSpec
+    from inferopt.model.loading import load_system_model
+
+    loaded = load_system_model(HFSystem(model=ModelSpec(path=model_dir), kv_cache=kv_cache))
+    steps, answers = [], []
+    for d in docs:  # one document at a time: no padding, the same batch make-up for every arm
+        enc = loaded.tokenizer(d["prompt"], return_tensors="pt")
+        with torch.no_grad():
+            out = loaded.model.generate(
+                **enc, max_new_tokens=tokens, do_sample=False, output_scores=True, return_dict_in_generate=True
+            )
+        steps.append(torch.log_softmax(out.scores[-1][0].float(), -1))
+        answers.append(loaded.tokenizer.decode(out.sequences[0, enc["input_ids"].shape[1] :]).strip())
+    return torch.stack(steps), answers
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--arms", default="quanto-int4,quanto-int2,hqq-int8")
+    ap.add_argument("--tokens", type=int, default=2, help="decode steps; the last one is compared")
+    ap.add_argument("--limit", type=int, default=120)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    docs = long_kv_docs(args.data_dir, args.limit)
+    ref, ref_answers = last_step(args.model, "dynamic", docs, args.tokens)
+    out = {}
+    for arm in ["dynamic", *args.arms.split(",")]:
+        lp, answers = (ref, ref_answers) if arm == "dynamic" else last_step(args.model, arm, docs, args.tokens)
+        kl = (ref.exp() * (ref - lp)).sum(-1)
+        out[arm] = {
+            "kl_mean": round(float(kl.mean()), 5),
+            "kl_max": round(float(kl.max()), 5),
+            "argmax_agree": round(float((lp.argmax(-1) == ref.argmax(-1)).float().mean()), 3),
+            "exact": round(sum(a == d["answer"] for a, d in zip(answers, docs, strict=True)) / len(docs), 3),
+            "n": len(docs),
+        }
+        print(arm, out[arm], flush=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
