@@ -397,9 +397,14 @@ CANDIDATE = (
 
 
 def _saved_trials(step_dir: Path) -> set[tuple[str, int]]:
-    return {
-        (p.parent.parent.name, int(p.parent.name.split("-")[1])) for p in step_dir.glob("trials/*/trial-*/run.json")
-    }
+    """(arm, repeat) of every trial saved whole: `trial-<k>/run.json`, not a `trial-<k>.partial/` still being
+    written (a trial is written there and renamed; polled mid-write, the glob sees both)."""
+    saved = set()
+    for p in step_dir.glob("trials/*/trial-*/run.json"):
+        m = re.fullmatch(r"trial-(\d+)", p.parent.name)
+        if m:
+            saved.add((p.parent.parent.name, int(m.group(1))))
+    return saved
 
 
 def _optimize(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
