@@ -19,8 +19,10 @@ search's real trials ("all": over every case). Add a case: drop a YAML into the 
 The last line is one JSON object: {"cases", "right_levers", "capacity_gain": {case: ratio}, "trials":
 {case: n}, "repeat_agrees", "located", "duel_backed", "trials_pruned", "trials_full", "same_pick", "per_case"}.
 
-    .venv/bin/python benchmarks/tune_planted.py [--cases configs/tune_planted] [--skip-engine hf] [--no-repeat]
-        [--no-prune-compare | --prune-only]
+    .venv/bin/python benchmarks/tune_planted.py [--cases configs/tune_planted] [--skip-engine hf] [--case NAME]
+        [--no-repeat] [--no-prune-compare | --prune-only]
+The vLLM-CPU cases (queue- and KV-bound, ~25 min each with the rerun) are in configs/tune_planted/vllm/, run
+with `--cases configs/tune_planted/vllm` under the vLLM lock; the default directory stays within 40 min.
 """
 
 from __future__ import annotations
@@ -222,6 +224,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=str(ROOT / "configs/tune_planted"), help="a directory of case YAMLs")
     ap.add_argument("--skip-engine", action="append", default=[], help="skip cases of this engine (e.g. hf)")
+    ap.add_argument("--case", action="append", default=[], help="run only the case of this name (repeatable)")
     ap.add_argument("--no-repeat", action="store_true", help="one search per case (repeat_agrees not measured)")
     ap.add_argument("--no-prune-compare", action="store_true", help="skip the full-grid vs pruned searches")
     ap.add_argument(
@@ -230,7 +233,9 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="keep every search's files here (default: a temporary directory)")
     args = ap.parse_args()
     cases = [load_case(p) for p in sorted(Path(args.cases).glob("*.yaml"))]
-    cases = [c for c in cases if c.system.engine not in args.skip_engine]
+    cases = [c for c in cases if c.system.engine not in args.skip_engine and (not args.case or c.name in args.case)]
+    if not cases:
+        sys.exit(f"no case in {args.cases} matches --case {args.case} / --skip-engine {args.skip_engine}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="tune-planted-") as tmp:
         root = Path(args.out) if args.out else Path(tmp)

@@ -15,7 +15,7 @@ from inferopt.config.knob_spaces import KNOB_SPACES
 from inferopt.locate.bottleneck import CAUSES
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = sorted((ROOT / "configs/tune_planted").glob("*.yaml"))
+CASES = sorted((ROOT / "configs/tune_planted").rglob("*.yaml"))  # the vLLM cases in vllm/ too
 
 
 def _bench():
