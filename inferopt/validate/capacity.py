@@ -3,10 +3,11 @@
 A bracketing search over the rate of the workload's own arrival process (mix, lengths, tenants and prefixes
 unchanged; every probe replays the workload's seed, its gaps the same draw stretched to the rate): double from a
 start rate until a probe fails, then bisect between the highest pass and the lowest failure to a relative
-tolerance or the probe budget. A failing start rate is halved until one passes (or even net of queue wait
-its median TTFT misses the bound: load is not what breaks the SLO). A probe fails on `judge.check_slo` or
-on saturation — throughput no longer keeping up with the offered rate while queue wait grows — which also
-stops the doubling: a queue that grows through a probe breaks any latency bound given a longer run.
+tolerance or the probe budget. A failing start rate is halved until one passes (or, served alone, even net of
+queue wait its median TTFT misses the bound: load is not what breaks the SLO). A probe fails on
+`judge.check_slo` or on saturation — throughput no longer keeping up with the offered rate while queue wait
+grows — which also stops the doubling: a queue that grows through a probe breaks any latency bound given a
+longer run.
 
 Each probe's records go to `probe-NN/requests.jsonl` and its summary row to `probes.jsonl` as it finishes.
 The result says how the search ended (`status`) and why; running out of budget or an unmet SLO is a result,
@@ -334,8 +335,12 @@ def saturation_reasons(
 
 def unqueued_miss(phases: pd.DataFrame, slo: SLOConfig) -> list[str]:
     """The latency bounds that even the successful requests' median net of queue wait misses: no lower rate
-    can meet those (an engine without queue timings: none known)."""
+    can meet those. Known only where the requests were served alone (median requests in flight at arrival,
+    itself included, 1): a batching engine's service time shrinks with its load (fewer sequences sharing each
+    step, no KV preemption), so a contended probe proves nothing (nor does an engine without queue timings)."""
     ok = phases[phases["outcome"] == "ok"]
+    if "concurrency" in ok and len(ok) and float(pd.to_numeric(ok["concurrency"], errors="coerce").median()) > 1:
+        return []
     queue_ms = pd.to_numeric(ok["queue_ms"], errors="coerce")
     out = []
     for col, bound, label in (("ttft_ms", slo.ttft_p99_ms, "TTFT"), ("e2e_ms", slo.e2e_p99_ms, "E2E")):
