@@ -75,9 +75,11 @@ def _remedy(space: KnobSpace) -> Remedy:
     return _REMEDIES[space.remedy]
 
 
-def _proposal(system: AnySystem, space: KnobSpace, cause: str, control: bool) -> Proposal:
+def _proposal(
+    system: AnySystem, space: KnobSpace, cause: str, control: bool, cpu_flags: frozenset[str] | None
+) -> Proposal:
     remedy = _remedy(space)
-    kept, dropped = points(system, space)
+    kept, dropped = points(system, space, cpu_flags)
     return Proposal(
         remedy=remedy.name,
         field=space.field,
@@ -99,9 +101,11 @@ def propose(
     *,
     control: str | None = None,
     spaces: Sequence[KnobSpace] | None = None,
+    cpu_flags: frozenset[str] | None = None,
 ) -> Proposals:
     """The levers of `system`'s engine that serve `cause` (then each of `slice_causes`), with their points.
-    `spaces`: search these instead of the engine's declared knob spaces (a user's own, e.g. one knob)."""
+    `spaces`: search these instead of the engine's declared knob spaces (a user's own, e.g. one knob);
+    `cpu_flags`: the host CPU's features a space may need (default: this host's, `knob_spaces.host_cpu_flags`)."""
     for c in (cause, *slice_causes):
         if c not in CAUSES:
             raise ValueError(f"unknown cause {c!r}; one of {', '.join(CAUSES)}")
@@ -118,7 +122,7 @@ def propose(
         if served is None and control != remedy.name:
             skipped.append((space.field, f"{remedy.name} serves {'/'.join(remedy.targets)}, not {_names(causes)}"))
             continue
-        p = _proposal(system, space, served or "", control=served is None)
+        p = _proposal(system, space, served or "", served is None, cpu_flags)
         if p.values:
             made.append(p)
         else:

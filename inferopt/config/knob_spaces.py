@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,6 +32,7 @@ class KnobSpace:
     scales: tuple[float, ...] = ()  # multiples of the baseline's value (rounded for integer fields)
     none_means: float | None = None  # the engine's own default when the baseline leaves the field unset
     device: str | None = None  # only on this device (e.g. "cuda": fp8 weights have no CPU kernels)
+    cpu_flags: tuple[str, ...] = ()  # on device cpu: the host CPU needs one of these (/proc/cpuinfo flags)
 
     def __post_init__(self) -> None:
         if not self.values and not self.scales:
@@ -67,7 +69,8 @@ KNOB_SPACES: Mapping[str, tuple[KnobSpace, ...]] = {
         KnobSpace("chunked_prefill_and_pools", "enable_chunked_prefill", values=(True,)),
         KnobSpace("chunked_prefill_and_pools", "scheduling_policy", values=("priority",)),
         KnobSpace("prefix_caching", "enable_prefix_caching", values=(True,)),
-        KnobSpace("kv_quantization", "kv_cache_dtype", values=("fp8",)),
+        # vLLM-CPU refuses an fp8 KV cache at start-up without them ("requires x86 with AVX-512 or AMX")
+        KnobSpace("kv_quantization", "kv_cache_dtype", values=("fp8",), cpu_flags=("avx512f", "amx_tile")),
         KnobSpace("kv_budget", "kv_cache_memory_bytes", scales=(2.0, 4.0)),
         KnobSpace("kv_budget", "max_num_seqs", scales=(0.5, 0.25), none_means=_VLLM_MAX_NUM_SEQS),
         KnobSpace("low_precision_weights", "quantization", values=("fp8",), device="cuda"),
@@ -96,14 +99,29 @@ def current_value(system: AnySystem, dotted: str) -> Any:
     return node
 
 
+def host_cpu_flags() -> frozenset[str]:
+    """This host's CPU feature flags (/proc/cpuinfo; empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    return frozenset(w for line in text.splitlines() if line.startswith("flags") for w in line.split(":")[1].split())
+
+
 def points(
-    system: AnySystem, space: KnobSpace
+    system: AnySystem, space: KnobSpace, cpu_flags: frozenset[str] | None = None
 ) -> tuple[tuple[tuple[Any, AnySystem], ...], tuple[tuple[Any, str], ...]]:
     """((value, the system with it), ...) for every value of `space` that differs from the baseline's and that
-    the system's validation accepts, and ((value, why), ...) for those dropped."""
+    the system's validation accepts, and ((value, why), ...) for those dropped. `cpu_flags`: the host's
+    (default: read here), checked against a space's `cpu_flags` when the system runs on the CPU."""
     base = current_value(system, space.field)
     if space.device is not None and getattr(system, "device", None) != space.device:
         return (), tuple((v, f"{space.device} only") for v in space.values)
+    if space.cpu_flags and getattr(system, "device", None) == "cpu":
+        flags = host_cpu_flags() if cpu_flags is None else cpu_flags
+        if not flags & set(space.cpu_flags):
+            why = f"needs a CPU with {' or '.join(space.cpu_flags)}; this host has none of them"
+            return (), tuple((v, why) for v in space.values)
     if not space.values and base is None and space.none_means is None:
         return (), tuple((k, "unset (unlimited) in the baseline: nothing to scale") for k in space.scales)
     values = space.values or _scaled(base, space)

