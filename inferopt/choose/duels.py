@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from inferopt.choose.ranking import Duel, Point
-from inferopt.config import SLOConfig, WorkloadConfig
-from inferopt.validate.capacity import CapacityBudget, capacity
+from inferopt.config import SLOConfig
+from inferopt.validate.capacity import CapacityBudget, Load, capacity, reseeded
 
 SEED_OFFSET = 1000  # duel seeds: the workload's seed + this + k, never the seeds the capacity searches used
 
@@ -23,7 +23,7 @@ def run_duel(
     rival: Point,
     rate_req_per_s: float,
     *,
-    workload: WorkloadConfig,
+    workload: Load,
     slo: SLOConfig,
     out: Path,
     budget: CapacityBudget,
@@ -35,7 +35,7 @@ def run_duel(
     one = replace(budget, start_req_per_s=rate_req_per_s, max_probes=1, max_req_per_s=None, boundary_repeats=0)
     passed: dict[int, list[bool]] = {leader.index: [], rival.index: []}
     for k in range(repeats):
-        wl = workload.model_copy(update={"seed": workload.seed + SEED_OFFSET + k})
+        wl = reseeded(workload, workload.seed + SEED_OFFSET + k)
         for p in (leader, rival):
             where = out / "duels" / f"{leader.index:02d}-vs-{rival.index:02d}" / f"{p.index:02d}-seed{k}"
             r = capacity(p.system, wl, slo, where, budget=one, arm=f"duel-{p.index:02d}", **run_kw)

@@ -35,6 +35,7 @@ from inferopt.measure.slo import RequestSLO
 from inferopt.validate.judge import check_slo
 from inferopt.validate.scenarios import scenario_workload
 from inferopt.workload.build import build_workload, workload_hash
+from inferopt.workload.mixed import MixedLoad, merge_timeline
 from inferopt.workload.output_lengths import mark
 
 ProbePhase = Literal["start", "double", "halve", "bisect", "repeat"]
@@ -209,8 +210,14 @@ def next_probe(
 # ---------------------------------------------------------------------------------------------- one probe
 
 
-def workload_rate_per_s(workload: WorkloadConfig) -> float:
-    """The workload's own arrival rate: its arrival process's, or a trace's mean rate over its span."""
+Load = WorkloadConfig | MixedLoad  # one workload, or several tenants' on one timeline scaled together
+
+
+def workload_rate_per_s(workload: Load) -> float:
+    """The workload's own arrival rate: its arrival process's, or a trace's mean rate over its span; a mixed
+    load's, the sum of its parts'."""
+    if isinstance(workload, MixedLoad):
+        return sum(workload_rate_per_s(p) for p in workload.parts)
     if workload.arrival is not None:
         return float(workload.arrival.rate_per_s)
     offsets = build_workload(workload)["arrival_offset_s"].to_numpy(float)
@@ -257,6 +264,30 @@ def probe_table(wl: WorkloadConfig, rate_per_s: float) -> pd.DataFrame:
         table["arrival_offset_s"] = first_s + (offsets - first_s) * ((len(offsets) - 1) / rate_per_s / span_s)
         table.attrs["content_hash"] = workload_hash(table)
     return table
+
+
+def load_table(load: Load, rate_per_s: float, num_requests: int, seed: int) -> pd.DataFrame:
+    """The probe's request table at `rate_per_s` with `seed`: one workload's (`probe_table`), or every part of
+    a mixed load at its own rate times the same factor, each with its share of the requests, on one timeline."""
+    base_rate = workload_rate_per_s(load)
+    if not isinstance(load, MixedLoad):
+        return probe_table(probe_workload(load, rate_per_s, base_rate, num_requests, seed), rate_per_s)
+    mixed, tables = load.reseeded(seed), []
+    for part in mixed.parts:
+        share = workload_rate_per_s(part) / base_rate
+        n = max(2, round(num_requests * share))
+        tables.append(load_table(part, rate_per_s * share, n, part.seed))
+    return merge_timeline(tables)
+
+
+def reseeded(load: Load, seed: int) -> Load:
+    """The same load drawn with another seed (a mixed load moves every part's seed by the same offset)."""
+    return load.reseeded(seed) if isinstance(load, MixedLoad) else load.model_copy(update={"seed": seed})
+
+
+def judged_phases(phases: pd.DataFrame, judged: tuple[str, ...] | None) -> pd.DataFrame:
+    """The requests the SLO judges: every one, or the `judged` tenants' (a mixed load's)."""
+    return phases if judged is None else phases[phases["tenant"].isin(judged)]
 
 
 def served_ratio(run: MeasuredRun, service_s: float = 0.0) -> float:
@@ -357,20 +388,25 @@ def summarize_probe(
     budget: CapacityBudget,
     prev: Probe | None,
     req_slo: RequestSLO,
+    judged: tuple[str, ...] | None = None,
 ) -> Probe:
     """The probe's row: the rate/latency point, goodput (`measure.slo`, failures in the denominator),
-    saturation and the SLO verdict with reasons. `where`: (index, phase, offered rate, records path)."""
+    saturation and the SLO verdict with reasons. `where`: (index, phase, offered rate, records path).
+    `judged`: the tenants whose requests the SLO, latencies and goodput are of (None: all); saturation and
+    the achieved rate count every request."""
     index, phase, rate_per_s, path = where
     if run.failed:
         first = (run.error or "unknown error").splitlines()[0]
         return Probe(index, phase, rate_per_s, False, (f"run failed: {first}",), path, failed_at=run.failed_at or "run")
-    m = {**headline(run.phases, run.duration_s, req_slo), "offered": rate_per_s}
+    phases = judged_phases(run.phases, judged)
+    m = {**headline(phases, run.duration_s, req_slo), "offered": rate_per_s}
+    m["ok_req_per_s"] = headline(run.phases, run.duration_s)["ok_req_per_s"]
     slo_ok, reasons = check_slo(m, slo)
     service_s = unqueued_service_s(run)
     served = served_ratio(run, service_s)
     quarters = queue_quarters_ms(run)
     sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev, 1000.0 * service_s)
-    unqueued = unqueued_miss(run.phases, slo)
+    unqueued = unqueued_miss(phases, slo)
     goodput, attained = m.get("goodput_req_per_s", 0.0), m.get("slo_attainment", math.nan)
     reasons += [*sat, *unqueued, f"goodput {goodput:.3g} req/s ({attained:.1%} of requests within every SLO bound)"]
     latencies = {k: m[k] for k in _LATENCY_FIELDS}
@@ -417,7 +453,7 @@ class _Search:
     """What every probe of one search shares."""
 
     system: AnySystem
-    workload: WorkloadConfig
+    workload: Load
     slo: SLOConfig
     out_dir: Path
     budget: CapacityBudget
@@ -430,21 +466,22 @@ class _Search:
 def _run_probe(s: _Search, index: int, phase: ProbePhase, rate: float, seed: int, prev: Probe | None) -> Probe:
     """Replay the workload at `rate`, keep its records in `probe-NN/`, append its row to `probes.jsonl`."""
     n = probe_requests(s.budget, rate, s.workload.num_requests)
-    wl = probe_workload(s.workload, rate, s.base_rate_per_s, n, seed)
+    judged = s.workload.judged if isinstance(s.workload, MixedLoad) else None
     path = s.out_dir / f"probe-{index:02d}" / "requests.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     tags = RunTags(run_tag=s.tags.run_tag, arm=s.tags.arm, trial=index, scenario=f"capacity-{index:02d}")
     run = run_system(
         s.system,
-        probe_table(wl, rate),
+        load_table(s.workload, rate, n, seed),
         tags,
-        timeout_s=wl.timeout_s,
+        timeout_s=s.workload.timeout_s,
         records_path=path,
         warmup_requests=s.warmup_requests,
-        prompt_seed=wl.seed,
+        prompt_seed=seed,
         **s.run_kwargs,
     )
-    probe = summarize_probe(run, (index, phase, rate, str(path)), s.slo, s.budget, prev, RequestSLO.of(wl, s.slo))
+    req_slo = RequestSLO.of(s.workload, s.slo)  # type: ignore[arg-type]  # reads timeout_s only
+    probe = summarize_probe(run, (index, phase, rate, str(path)), s.slo, s.budget, prev, req_slo, judged)
     with (s.out_dir / "probes.jsonl").open("a") as fh:
         fh.write(json.dumps(probe.row(), default=str) + "\n")
     return probe
@@ -458,7 +495,7 @@ def _closest_below(probes: Sequence[Probe], rate: float) -> Probe | None:
 
 def capacity(
     system: AnySystem,
-    workload: WorkloadConfig,
+    workload: Load,
     slo: SLOConfig,
     out_dir: str | Path,
     *,
@@ -470,8 +507,9 @@ def capacity(
     engine_factory: EngineFactory = make_engine,
 ) -> CapacityResult:
     """The highest arrival rate at which `system` meets `slo` on `workload`'s mix, with its bracket (see the
-    module docstring). A bad budget or an empty rate range raises ValueError before anything runs; running
-    out of budget, an SLO no rate meets and an engine that does not start are results that say so.
+    module docstring); a `MixedLoad` is scaled as a whole, its rate the sum of its parts'. A bad budget or an
+    empty rate range raises ValueError before anything runs; running out of budget, an SLO no rate meets and
+    an engine that does not start are results that say so.
     `engine_factory` and `wrap_engine` reach every probe's `run_system` (tests inject engines through them)."""
     base_rate = workload_rate_per_s(workload)
     start = budget.start_req_per_s or base_rate
@@ -586,7 +624,8 @@ def _repeat_note(repeats: Sequence[Probe]) -> str:
 
 def slo_bounds_ms(slo: SLOConfig) -> dict[str, float]:
     """The latency bounds keyed by the probe table's column they bound."""
-    out = {"ttft_ms_p99": slo.ttft_p99_ms, "tpot_ms_p95": slo.tpot_p95_ms}
+    out = {"ttft_ms_p50": slo.ttft_p50_ms} if slo.ttft_p50_ms is not None else {}
+    out.update({"ttft_ms_p99": slo.ttft_p99_ms, "tpot_ms_p95": slo.tpot_p95_ms})
     if slo.e2e_p99_ms is not None:
         out["e2e_ms_p99"] = slo.e2e_p99_ms
     return out

@@ -24,7 +24,8 @@ from inferopt.config.case import CaseConfig
 from inferopt.measure.runner import RunTags
 from inferopt.measure.session import MeasuredRun, run_system
 from inferopt.measure.slices import headline, throughput
-from inferopt.workload.build import build_workload, workload_hash
+from inferopt.workload.build import build_workload
+from inferopt.workload.mixed import MixedLoad, merge_timeline
 
 __all__ = [
     "CaseDecision",
@@ -70,17 +71,12 @@ class CaseDecision:
 
 def case_requests(case: CaseConfig) -> pd.DataFrame:
     """All tenants' requests on one arrival timeline (sorted by arrival; prefix groups kept per tenant)."""
-    tables, group_base = [], 0
-    for t in case.tenants.values():
-        tab = build_workload(t.workload)
-        groups = tab["prefix_group"].to_numpy()
-        tab["prefix_group"] = [g + group_base if g >= 0 else -1 for g in groups]
-        group_base += int(groups.max()) + 1 if (groups >= 0).any() else 0
-        tables.append(tab)
-    merged = pd.concat(tables, ignore_index=True).sort_values(["arrival_offset_s", "request_id"], kind="stable")
-    merged = merged.reset_index(drop=True)
-    merged.attrs["content_hash"] = workload_hash(merged)
-    return merged
+    return merge_timeline([build_workload(t.workload) for t in case.tenants.values()])
+
+
+def case_load(case: CaseConfig) -> MixedLoad:
+    """The case's tenants as one load a capacity search scales (the mix kept; the SLO judges the interactive)."""
+    return MixedLoad(tuple(t.workload for t in case.tenants.values()), case.interactive_tenants, case.name)
 
 
 # --------------------------------------------------------------------------- one row per strategy
