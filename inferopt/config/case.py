@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, NonNegativeInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from inferopt.config.models import (
     AnySystem,
@@ -30,7 +30,26 @@ from inferopt.config.models import (
 )
 from inferopt.config.pooled import Pool, PooledSystem
 
-__all__ = ["CaseConfig", "CasePool", "CaseStrategy", "CaseTenant"]
+__all__ = ["CaseCapacity", "CaseConfig", "CasePool", "CaseStrategy", "CaseTenant"]
+
+
+class CaseCapacity(Frozen):
+    """How each strategy's capacity under the SLO is searched on the case's load (`validate.capacity`'s
+    budget, the case's whole arrival rate scaled) and how many fresh seeds the head-to-head gets."""
+
+    start_req_per_s: PositiveFloat | None = Field(default=None, description="None: the case's own total rate")
+    max_probes: PositiveInt = 6
+    rel_tol: PositiveFloat = 0.15
+    requests_per_probe: PositiveInt | None = None
+    min_probe_s: PositiveFloat | None = None
+    max_requests_per_probe: PositiveInt = 2000
+    max_halvings: NonNegativeInt = 3
+    boundary_repeats: NonNegativeInt = 1
+    duel_repeats: PositiveInt = Field(default=2, description="fresh seeds per side of the leader's head-to-head")
+
+    def budget_fields(self) -> dict[str, Any]:
+        """The `validate.capacity.CapacityBudget` fields."""
+        return self.model_dump(exclude={"duel_repeats"})
 
 
 class CaseTenant(Frozen):
@@ -90,6 +109,9 @@ class CaseConfig(Frozen):
     tenants: dict[str, CaseTenant]
     slo: SLOConfig
     strategies: dict[str, CaseStrategy]
+    capacity: CaseCapacity = Field(
+        default_factory=CaseCapacity, description="the capacity search that decides the case (issue 14 item 5)"
+    )
     warmup_requests: NonNegativeInt = Field(
         default=2,
         description="sent one at a time before the clock starts, not "
