@@ -2,7 +2,8 @@
 
 A point wins only beyond noise: its capacity bracket lies above the rival's, and head to head at a rate between
 the two brackets (fresh seeds, `choose.duels`) it passes every repeat where the rival fails every one. Beating
-the baseline but not the runner-up is a "tie" (the leader is recommended and the message says so); no point
+the baseline but not the runner-up is a "tie": of the tied points that clear the baseline, one whose lever
+leaves the outputs unchanged is preferred (no quality risk for no gain shown), then the highest capacity; no point
 above the baseline's bracket, or a head-to-head that does not confirm it, is "no change helps". A control arm
 never wins. Also the Pareto rule of the frontier and each point's row of the points table.
 
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from inferopt.choose.remedies import CATALOGUE
 from inferopt.config import AnySystem
 from inferopt.validate.capacity import CapacityResult, Probe
 
@@ -211,14 +213,40 @@ def _rank(base: Point, points: Sequence[Point], duel: DuelFn) -> Ranking:
         return Ranking("winner", leader, (), tuple(duels), f"{gain}, beyond noise vs the baseline{vs}")
     others = [runner, *(p for p in rivals[1:] if not beyond_brackets(leader.capacity, p.capacity))]
     names = ", ".join(p.label for p in others)
+    tied = (leader, *[p for p in others if beyond_brackets(p.capacity, base.capacity)])
+    pick, how = _break_tie(base, leader, tied, duel, duels)
     return Ranking(
         "tie",
-        leader,
+        pick,
         (leader, *others),
         tuple(duels),
-        f"{gain}, beyond noise vs the baseline, but not beyond noise vs {names}: a tie, broken by the point "
-        "estimate of capacity; the ablation and gate of flows.optimize judge the recommendation",
+        f"{gain}, beyond noise vs the baseline, but not beyond noise vs {names}: a tie, {how}; the ablation and "
+        "gate of flows.optimize judge the recommendation",
     )
+
+
+def _break_tie(base: Point, leader: Point, tied: Sequence[Point], duel: DuelFn, duels: list[Duel]) -> tuple[Point, str]:
+    """The tied point to recommend: one whose lever leaves the outputs unchanged over one that can change them
+    (no quality risk for a capacity gain not shown beyond noise), then the higher capacity — if its own gain
+    over the baseline holds head to head (the duel is appended to `duels`); else the leader."""
+    pick = min(tied, key=lambda p: (changes_outputs(p), -_capacity_key(p), p.index))
+    if pick is leader:
+        return leader, "broken by the point estimate of capacity"
+    duels.append(duel(pick, base, between(base, pick)))
+    if not duels[-1].confirmed:
+        why = f"{pick.label} vs the baseline: {duels[-1].sentence()}"
+        return leader, f"broken by the point estimate of capacity ({why})"
+    return pick, (
+        f"broken for {pick.label} ({_cap_text(pick)}), whose lever leaves the model's outputs unchanged where "
+        f"{leader.label}'s can change them (a quality risk for no capacity gain shown beyond noise); "
+        f"{duels[-1].sentence()}"
+    )
+
+
+def changes_outputs(p: Point) -> bool:
+    """Whether the point's lever can change the model's outputs (the catalogue's `changes_outputs`: the quality
+    gate is mandatory for it, G1); an unknown lever counts as one that can."""
+    return next((r.changes_outputs for r in CATALOGUE if r.name == p.remedy), True)
 
 
 def _no_gain(base: Point, order: Sequence[Point]) -> str:

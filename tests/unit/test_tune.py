@@ -230,6 +230,28 @@ def test_overlapping_brackets_with_the_runner_up_are_a_tie():
     assert len(log) == 1 and "not beyond noise vs batching.max_batch_size=2" in r.message
 
 
+def test_a_tie_prefers_a_lever_that_leaves_outputs_unchanged_once_its_own_gain_holds_head_to_head():
+    # the planted vLLM KV case, as measured twice: fp8 KV and 4x KV bytes tie, each leading once by its point
+    base = point(0, 0.66, 0.75, remedy="kv_budget", field="kv_cache_memory_bytes")
+    fp8 = point(1, 4.5, 6.0, remedy="kv_quantization", field="kv_cache_dtype")  # can change outputs
+    more = point(2, 3.0, 4.5, remedy="kv_budget", field="kv_cache_memory_bytes")  # cannot
+    log: list = []
+    r = decide(base, [base, fp8, more], duel_that(True, False, log))
+    assert r.decision == "tie" and r.recommended.index == 2 and [p.index for p in r.tied] == [1, 2]
+    assert log[-1][:2] == (2, 0)  # its own gain over the baseline, head to head
+    assert "leaves the model's outputs unchanged" in r.message
+    lossless_lost: list = []
+
+    def duel(leader: Point, rival: Point, rate: float) -> Duel:  # the lossless point's own duel is not won
+        lossless_lost.append(leader.index)
+        won = leader.index == 1
+        return Duel(leader.label, rival.label, rate, (won, won), (False, False))
+
+    r = decide(base, [base, fp8, more], duel)
+    assert r.decision == "tie" and r.recommended.index == 1 and lossless_lost == [1, 2]
+    assert "broken by the point estimate of capacity" in r.message and "not confirmed" in r.message
+
+
 def test_within_the_bracket_or_unconfirmed_head_to_head_is_no_change():
     base = point(0, 100, 110)
     assert decide(base, [base, point(1, 105, 115)], duel_that(True, False, [])).decision == "no_change_helps"
