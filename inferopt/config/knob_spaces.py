@@ -13,6 +13,7 @@ Deliberately not here: which cause a remedy serves (`choose.remedies`), choosing
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,8 +100,9 @@ def current_value(system: AnySystem, dotted: str) -> Any:
     return node
 
 
+@functools.cache
 def host_cpu_flags() -> frozenset[str]:
-    """This host's CPU feature flags (/proc/cpuinfo; empty where there is none)."""
+    """This host's CPU feature flags (/proc/cpuinfo, read once; empty where there is none)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
