@@ -4,7 +4,7 @@ aggressive continuous batching (vLLM, large max-num-seqs, no chunked prefill), p
 interactive and an offline vLLM pool routed by tenant) — measured one after another on the same request table
 (the seed's table, read in the seed's order: throughput first, then TTFT p50 and p99 against the SLO,
 `case_study.decide`: `one_run_chosen`), then decided beyond noise: each strategy's capacity under the
-interactive SLO on the same mix (`case_capacity`, the case's `capacity:` budget), a winner only when it
+interactive SLO on the same mix (`choose.case`, the case's `capacity:` budget), a winner only when it
 clears the runner-up's bracket and wins their head-to-head, else a tie broken by cost per successful request
 at capacity (`--hardware`'s price), said so (`chosen`, `decision`, `message`). `--no-capacity`: the table only.
 
@@ -35,10 +35,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from inferopt.choose.case import capacity_rows, case_capacity  # noqa: E402
 from inferopt.config import load_case, load_config  # noqa: E402
 from inferopt.config.case import CaseConfig  # noqa: E402
 from inferopt.validate.capacity import CapacityBudget  # noqa: E402
-from inferopt.validate.case_capacity import capacity_rows, case_capacity  # noqa: E402
 from inferopt.validate.case_study import (  # noqa: E402
     case_json,
     case_requests,

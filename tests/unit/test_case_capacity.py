@@ -9,11 +9,11 @@ import math
 import pytest
 from test_case_study import _wl, fake_case
 
+from inferopt.choose.case import CaseCapacity, case_capacity, decide_by_capacity
 from inferopt.choose.ranking import Duel
 from inferopt.config import FakeSystem, SLOConfig, WorkloadConfig
 from inferopt.config.pooled import Pool, PooledSystem
 from inferopt.validate.capacity import CapacityBudget, Probe, capacity, conclude, load_table, workload_rate_per_s
-from inferopt.validate.case_capacity import CaseCapacity, case_capacity, decide_by_capacity
 from inferopt.workload.mixed import MixedLoad
 
 SLO = SLOConfig(ttft_p99_ms=300, tpot_p95_ms=50)

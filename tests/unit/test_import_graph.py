@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("simulate",),  # the fitted cost model, the scheduler simulation, its calibration against capacity probes
     ("choose.ranking",),  # the search's points, their ranking by capacity (validate's results) and decision
     ("choose.duels", "choose.sampler", "choose.pruning"),  # head-to-head probes; which points to try; pruning
-    ("choose.points",),  # the search's points: capacity per point, waves on workers, duels, kept points
+    ("choose.points", "choose.case"),  # the search's points: capacity per point, waves, duels; the case by capacity
     ("choose.search",),  # the search: composes measure, locate, choose's proposals and validate's capacity
     ("gate",),  # step 6
     ("verdict",),  # decide, the cheat lint, evidence
