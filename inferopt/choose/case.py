@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from inferopt.choose.duels import run_duel
-from inferopt.choose.ranking import Duel, Point, beyond_brackets
+from inferopt.choose.ranking import Duel, Point, between_rates, beyond_brackets
 from inferopt.config.case import CaseConfig
 from inferopt.engines import EngineFactory, make_engine
-from inferopt.validate.capacity import CapacityBudget, CapacityResult, Probe, capacity
-from inferopt.validate.case_study import case_load
+from inferopt.validate.capacity import CapacityBudget, CapacityResult, capacity
+from inferopt.validate.case_study import case_load, strategy_slug
 
 CaseDecisionKind = Literal["winner", "tie", "none_meets"]
 DuelFn = Callable[[str, str, float], Duel]  # (leader, rival, rate) -> their head-to-head
@@ -38,23 +38,15 @@ class CaseCapacity:
     capacity: CapacityResult
     price_per_hour_usd: float
 
-    def at_capacity(self) -> Probe | None:
-        lo = self.capacity.lo_req_per_s
-        at = [p for p in self.capacity.probes if p.passed and p.offered_req_per_s == lo]
-        return at[-1] if at else None
-
     @property
     def cost_per_1k_ok_usd(self) -> float:
         """The price of 1000 requests meeting the SLO at capacity (the interactive goodput there); NaN if none."""
-        p = self.at_capacity()
+        p = self.capacity.at_capacity()
         good = p.goodput_req_per_s if p is not None else math.nan
         return 1000.0 * self.price_per_hour_usd / 3600.0 / good if good > 0 else math.nan
 
     def text(self) -> str:
-        c = self.capacity
-        lo = f"{c.lo_req_per_s:.3g}" if c.lo_req_per_s is not None else "none passed"
-        hi = f"{c.hi_req_per_s:.3g}" if c.hi_req_per_s is not None else "none failed"
-        return f"{self.strategy} {c.req_per_s:.3g} req/s [{lo}, {hi}]"
+        return f"{self.strategy} {self.capacity.text()}"
 
 
 @dataclass(frozen=True)
@@ -88,8 +80,7 @@ def decide_by_capacity(caps: Sequence[CaseCapacity], duel: DuelFn) -> CaseCapaci
         return CaseCapacityDecision("winner", leader.strategy, (), (), f"{leader.text()}: the only strategy")
     runner, duels = rivals[0], []
     if beyond_brackets(leader.capacity, runner.capacity):
-        rate = math.sqrt(runner.capacity.hi_req_per_s * leader.capacity.lo_req_per_s)
-        duels.append(duel(leader.strategy, runner.strategy, rate))
+        duels.append(duel(leader.strategy, runner.strategy, between_rates(runner.capacity, leader.capacity)))
         if duels[0].confirmed:
             msg = f"{leader.text()} beats the runner-up {runner.text()} beyond noise: {duels[0].sentence()}"
             return CaseCapacityDecision("winner", leader.strategy, (), tuple(duels), msg)
@@ -102,10 +93,6 @@ def decide_by_capacity(caps: Sequence[CaseCapacity], duel: DuelFn) -> CaseCapaci
         f"requests meeting the SLO at capacity ({costs}): {chosen.strategy}"
     )
     return CaseCapacityDecision("tie", chosen.strategy, tuple(c.strategy for c in tied), tuple(duels), msg)
-
-
-def _slug(name: str) -> str:
-    return "-".join("".join(ch if ch.isalnum() else " " for ch in name).split())
 
 
 def case_capacity(
@@ -123,12 +110,12 @@ def case_capacity(
     is a failed search (no capacity) and the others still run."""
     load, out = case_load(case), Path(out_dir)
     names = [n for n in case.strategies if not only or n in only]
-    systems = {n: case.strategies[n].system(_slug(n)) for n in names}
+    systems = {n: case.strategies[n].system(strategy_slug(n)) for n in names}
     common: dict[str, Any] = {"warmup_requests": case.warmup_requests, "engine_factory": engine_factory}
     caps = []
     for name in names:
         price = price_per_hour_usd if isinstance(price_per_hour_usd, float | int) else price_per_hour_usd[name]
-        where = out / _slug(name) / "capacity"
+        where = out / strategy_slug(name) / "capacity"
         res = capacity(systems[name], load, case.slo, where, budget=budget, arm=name, run_tag=case.name, **common)
         caps.append(CaseCapacity(name, res, float(price)))
     by_name = {c.strategy: c for c in caps}
@@ -149,7 +136,7 @@ def capacity_rows(caps: Sequence[CaseCapacity]) -> list[dict[str, Any]]:
     """One row per strategy (JSON values): its capacity bracket, status, goodput and cost at capacity."""
     rows = []
     for c in caps:
-        p, r = c.at_capacity(), c.capacity
+        p, r = c.capacity.at_capacity(), c.capacity
         rows.append(
             {
                 "strategy": c.strategy,

@@ -55,9 +55,7 @@ class Point:
 
     def at_capacity(self) -> Probe | None:
         """The probe at the highest passing rate (the capacity's own operating point), None when none passed."""
-        lo = self.capacity.lo_req_per_s
-        at = [p for p in self.capacity.probes if p.passed and p.offered_req_per_s == lo]
-        return at[-1] if at else None
+        return self.capacity.at_capacity()
 
     def row(self) -> dict[str, Any]:
         c, p = self.capacity, self.at_capacity()
@@ -144,10 +142,7 @@ def ranked(points: Sequence[Point]) -> list[Point]:
 
 
 def _cap_text(p: Point) -> str:
-    c = p.capacity
-    lo = f"{c.lo_req_per_s:.4g}" if c.lo_req_per_s is not None else "none passed"
-    hi = f"{c.hi_req_per_s:.4g}" if c.hi_req_per_s is not None else "none failed"
-    return f"{c.req_per_s:.4g} req/s [{lo}, {hi}] ({c.status})"
+    return p.capacity.text()
 
 
 def compare_line(p: Point, base: Point) -> str:
@@ -178,7 +173,12 @@ DuelFn = Callable[[Point, Point, float], Duel]
 def between(rival: Point, leader: Point) -> float:
     """The head-to-head rate: the geometric middle of the gap between the rival's lowest failing rate and the
     leader's highest passing one — near neither boundary, so only a gap within noise makes it a coin toss."""
-    return math.sqrt(rival.capacity.hi_req_per_s * leader.capacity.lo_req_per_s)
+    return between_rates(rival.capacity, leader.capacity)
+
+
+def between_rates(rival: CapacityResult, leader: CapacityResult) -> float:
+    """`between` on two capacity results."""
+    return math.sqrt(rival.hi_req_per_s * leader.lo_req_per_s)
 
 
 def decide(base: Point, points: Sequence[Point], duel: DuelFn) -> Ranking:

@@ -161,6 +161,17 @@ class CapacityResult:
             else pd.DataFrame()
         )
 
+    def at_capacity(self) -> Probe | None:
+        """The probe at the highest passing rate (the capacity's own operating point), None when none passed."""
+        at = [p for p in self.probes if p.passed and p.offered_req_per_s == self.lo_req_per_s]
+        return at[-1] if at else None
+
+    def text(self) -> str:
+        """The capacity, its bracket and status in words, e.g. `3 req/s [3, 4.5] (budget_spent)`."""
+        lo = f"{self.lo_req_per_s:.4g}" if self.lo_req_per_s is not None else "none passed"
+        hi = f"{self.hi_req_per_s:.4g}" if self.hi_req_per_s is not None else "none failed"
+        return f"{self.req_per_s:.4g} req/s [{lo}, {hi}] ({self.status})"
+
     def metrics(self) -> dict[str, float]:
         nan = float("nan")
         return {

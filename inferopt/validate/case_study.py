@@ -246,6 +246,11 @@ def case_json(rows: list[CaseRow], decision: CaseDecision) -> dict[str, Any]:
 # --------------------------------------------------------------------------- running it
 
 
+def strategy_slug(name: str) -> str:
+    """A strategy's name as a folder and system name (`pooled + chunked prefill` -> `pooled-chunked-prefill`)."""
+    return "-".join("".join(c if c.isalnum() else " " for c in name).split())
+
+
 def run_case(
     case: CaseConfig, out_dir: str | Path, *, only: tuple[str, ...] = ()
 ) -> tuple[list[CaseRow], list[MeasuredRun]]:
@@ -257,7 +262,7 @@ def run_case(
     for name, st in case.strategies.items():
         if only and name not in only:
             continue
-        slug = "-".join("".join(c if c.isalnum() else " " for c in name).split())
+        slug = strategy_slug(name)
         run = run_system(
             st.system(slug),
             table,

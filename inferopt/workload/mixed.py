@@ -65,10 +65,6 @@ class MixedLoad:
     def timeout_s(self) -> float:
         return max(p.timeout_s for p in self.parts)
 
-    @property
-    def output_lengths(self) -> str | None:
-        return self.parts[0].output_lengths
-
     def reseeded(self, seed: int) -> MixedLoad:
         """The same mix drawn again: every part's seed moved by the same offset (the parts stay distinct)."""
         shift = seed - self.seed
