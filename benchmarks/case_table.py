@@ -123,7 +123,9 @@ def decide_by_capacity_run(case: CaseConfig, out: Path, args: argparse.Namespace
     )
     rows = capacity_rows(caps)
     for r in rows:
-        print(f"  {r['strategy']}: {r['message']}; cost per 1000 ok at capacity ${r['cost_per_1k_ok_usd']}")
+        cost = r["cost_per_1k_ok_usd"]
+        cost_text = f"${cost:.4f}" if cost is not None else "none (no rate met the SLO)"
+        print(f"  {r['strategy']}: {r['message']}; cost per 1000 ok at capacity {cost_text}")
     print(f"Decision by capacity: {d.decision}: {d.message}")
     return {
         "chosen": d.chosen,
