@@ -86,13 +86,22 @@ def decide_by_capacity(caps: Sequence[CaseCapacity], duel: DuelFn) -> CaseCapaci
             return CaseCapacityDecision("winner", leader.strategy, (), tuple(duels), msg)
     tied = [leader, runner, *(r for r in rivals[1:] if not beyond_brackets(leader.capacity, r.capacity))]
     chosen = min(tied, key=_cost_key)
-    why = duels[0].sentence() if duels else "their capacity brackets overlap"
+    why = duels[0].sentence() if duels else _not_apart(leader.capacity, runner.capacity)
     costs = ", ".join(f"{c.strategy} ${c.cost_per_1k_ok_usd:.4g}" for c in tied)
     msg = (
         f"tie: {'; '.join(c.text() for c in tied)} are not apart beyond noise ({why}); broken by cost per 1000 "
         f"requests meeting the SLO at capacity ({costs}): {chosen.strategy}"
     )
     return CaseCapacityDecision("tie", chosen.strategy, tuple(c.strategy for c in tied), tuple(duels), msg)
+
+
+def _not_apart(leader: CapacityResult, runner: CapacityResult) -> str:
+    """Why the leader's bracket does not clear the runner-up's, in words."""
+    sure = leader.sure_lo_req_per_s
+    if sure == leader.lo_req_per_s:
+        return "their capacity brackets overlap"
+    held = f"{sure:.4g} req/s" if sure is not None else "no rate"
+    return f"the leader's boundary repeat failed and what it held every time ({held}) does not clear the runner-up"
 
 
 def case_capacity(

@@ -112,9 +112,10 @@ class Duel:
 
 
 def beyond_brackets(a: CapacityResult, b: CapacityResult) -> bool:
-    """`a` passed at a rate above the lowest one `b` failed at (and every boundary repeat of `a` passed)."""
-    lo, hi = a.lo_req_per_s, b.hi_req_per_s
-    return lo is not None and hi is not None and lo > hi and all(p.passed for p in a.repeats)
+    """`a` held, every time it ran, a rate above the lowest one `b` failed at (a failed boundary repeat of `a`
+    moves it down to its next pass: `CapacityResult.sure_lo_req_per_s`)."""
+    lo, hi = a.sure_lo_req_per_s, b.hi_req_per_s
+    return lo is not None and hi is not None and lo > hi
 
 
 def pareto(x: pd.Series, y: pd.Series, *, x_lower_is_better: bool) -> pd.Series:
@@ -172,13 +173,13 @@ DuelFn = Callable[[Point, Point, float], Duel]
 
 def between(rival: Point, leader: Point) -> float:
     """The head-to-head rate: the geometric middle of the gap between the rival's lowest failing rate and the
-    leader's highest passing one — near neither boundary, so only a gap within noise makes it a coin toss."""
+    highest rate the leader held every time — near neither boundary, so only a gap within noise makes it a coin toss."""
     return between_rates(rival.capacity, leader.capacity)
 
 
 def between_rates(rival: CapacityResult, leader: CapacityResult) -> float:
-    """`between` on two capacity results."""
-    return math.sqrt(rival.hi_req_per_s * leader.lo_req_per_s)
+    """`between` on two capacity results (the leader's side: the rate it held every time)."""
+    return math.sqrt(rival.hi_req_per_s * leader.sure_lo_req_per_s)
 
 
 def decide(base: Point, points: Sequence[Point], duel: DuelFn) -> Ranking:

@@ -166,6 +166,15 @@ class CapacityResult:
         at = [p for p in self.probes if p.passed and p.offered_req_per_s == self.lo_req_per_s]
         return at[-1] if at else None
 
+    @property
+    def sure_lo_req_per_s(self) -> float | None:
+        """The highest rate that passed every time it ran: `lo_req_per_s` unless a boundary repeat failed, then
+        the highest passing probe below every failure, repeats included (None if there is none). A comparison
+        that calls one result beyond another leans on this side, not on one lucky pass."""
+        if all(r.passed for r in self.repeats):
+            return self.lo_req_per_s
+        return bracket((*self.probes, *self.repeats))[0]
+
     def text(self) -> str:
         """The capacity, its bracket and status in words, e.g. `3 req/s [3, 4.5] (budget_spent)`."""
         lo = f"{self.lo_req_per_s:.4g}" if self.lo_req_per_s is not None else "none passed"

@@ -63,6 +63,27 @@ def test_overlapping_brackets_tie_without_a_duel_and_equal_prices_pick_the_highe
     assert "brackets overlap" in d.message
 
 
+def repeated(name: str, passes: list[float], fails: list[float], repeat_fails_at: float) -> CaseCapacity:
+    """A search whose boundary repeat failed (the case's second run on vLLM: pooled passed 14.7 once)."""
+    probes = [Probe(i, "double", r, True, (), "", goodput_req_per_s=r) for i, r in enumerate(passes)]
+    probes += [Probe(len(probes) + i, "bisect", r, False, (), "") for i, r in enumerate(fails)]
+    again = [Probe(len(probes), "repeat", repeat_fails_at, False, (), "")]
+    return CaseCapacity(name, conclude(probes, again, CapacityBudget(rel_tol=0.5), SLO), 1.0)
+
+
+def test_a_failed_boundary_repeat_leans_on_the_next_pass_below_it_not_on_a_tie() -> None:
+    calls: list = []
+    leader = repeated("pooled", [3.675, 7.35, 14.7], [16.8], repeat_fails_at=14.7)
+    assert leader.capacity.lo_req_per_s == 14.7 and leader.capacity.sure_lo_req_per_s == 7.35
+    d = decide_by_capacity([leader, cap("static", 1.18, 1.31)], duel_says(True, calls))
+    assert (d.decision, d.chosen) == ("winner", "pooled")
+    assert calls == [("pooled", "static", pytest.approx(math.sqrt(1.31 * 7.35)))]  # a rate it held every time
+    calls.clear()
+    lone = repeated("pooled", [14.7], [16.8], repeat_fails_at=14.7)  # nothing below the failed repeat held
+    d = decide_by_capacity([lone, cap("static", 1.18, 1.31, goodput=1.0)], duel_says(True, calls))
+    assert calls == [] and d.decision == "tie" and "boundary repeat failed" in d.message
+
+
 def test_no_strategy_meeting_the_slo_chooses_nothing_and_names_each_search() -> None:
     d = decide_by_capacity([cap("a", None, 1.0), cap("b", None, 2.0)], duel_says(True, []))
     assert (d.decision, d.chosen) == ("none_meets", None)
