@@ -342,14 +342,29 @@ def _wait_ms(r: Any) -> float | None:
     return 1000.0 * (r.client_token_s[0] - r.intended_s) if r.client_token_s else None
 
 
-def queue_quarters_ms(run: MeasuredRun) -> tuple[float, float]:
-    """Median queue wait of the first and of the last quarter of the successful requests, by send time."""
-    rows = sorted((r.intended_s, w) for r in run.records if r.outcome == "ok" and (w := _wait_ms(r)) is not None)
+def _quarters_ms(rows: list[tuple[float, float]]) -> tuple[float, float]:
+    """Median of the first and of the last quarter of (send time, wait) rows, by send time (NaN under 8 rows)."""
     if len(rows) < 8:
         return math.nan, math.nan
-    q = len(rows) // 4
-    waits = [w for _, w in rows]
+    q, waits = len(rows) // 4, [w for _, w in sorted(rows)]
     return float(np.median(waits[:q])), float(np.median(waits[-q:]))
+
+
+def queue_quarters_ms(run: MeasuredRun) -> tuple[tuple[float, float], bool]:
+    """How the backlog grew over the probe: the median wait of the first and of the last quarter of the
+    successful requests, by send time, and whether it is time to first token. The engine's queue wait, unless it
+    stayed flat: an engine that admits every request at once (vLLM under `max_num_seqs`) keeps its backlog among
+    the running ones, sharing every step, so the tenant whose time to first token grew most is the signal."""
+    ok = [r for r in run.records if r.outcome == "ok"]
+    queue = _quarters_ms([(r.intended_s, w) for r in ok if (w := _wait_ms(r)) is not None])
+    if not math.isfinite(queue[0]) or queue[1] - queue[0] > max(1.0, queue[0]):
+        return queue, False
+    ttft = []
+    for tenant in sorted({r.tenant for r in ok}):
+        mine = [r for r in ok if r.tenant == tenant and r.client_token_s]
+        ttft.append(_quarters_ms([(r.intended_s, 1000.0 * (r.client_token_s[0] - r.intended_s)) for r in mine]))
+    grown = [q for q in ttft if math.isfinite(q[0]) and q[1] - q[0] > max(1.0, q[0])]
+    return (max(grown, key=lambda q: q[1] - q[0]), True) if grown else (queue, False)
 
 
 def saturation_reasons(
@@ -368,8 +383,9 @@ def saturation_reasons(
     first_ms, last_ms = quarters_ms
     if served < min_served and last_ms - first_ms > max(1.0, first_ms, service_ms):
         out.append(
-            f"saturated: {served:.2f} completions per arrival while the load arrived (< {min_served:g}), median "
-            f"queue wait {first_ms:.0f} ms in the first quarter of arrivals -> {last_ms:.0f} ms in the last"
+            f"saturated: {served:.2f} completions per arrival while the load arrived (< {min_served:g}), median wait "
+            f"(queue, or a tenant's time to first token) {first_ms:.0f} ms in the first quarter of arrivals -> "
+            f"{last_ms:.0f} ms in the last"
         )
     achieved, offered, q99 = m["ok_req_per_s"], m["offered"], m["queue_ms_p99"]
     if prev is not None and prev.achieved_req_per_s > 0 and offered >= 1.5 * prev.offered_req_per_s:
@@ -424,8 +440,8 @@ def summarize_probe(
     slo_ok, reasons = check_slo(m, slo)
     service_s = unqueued_service_s(run)
     served = served_ratio(run, service_s)
-    quarters = queue_quarters_ms(run)
-    sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev, 1000.0 * service_s)
+    quarters, admits_all = queue_quarters_ms(run)  # admitted at once: no batch in flight to wait for
+    sat = saturation_reasons(m, served, quarters, budget.min_served_ratio, prev, 0.0 if admits_all else 1e3 * service_s)
     unqueued = unqueued_miss(phases, slo)
     goodput, attained = m.get("goodput_req_per_s", 0.0), m.get("slo_attainment", math.nan)
     reasons += [*sat, *unqueued, f"goodput {goodput:.3g} req/s ({attained:.1%} of requests within every SLO bound)"]

@@ -34,6 +34,7 @@ from inferopt.validate.capacity import (
     probe_requests,
     probe_table,
     probe_workload,
+    queue_quarters_ms,
     saturation_reasons,
     served_ratio,
     unqueued_miss,
@@ -135,6 +136,25 @@ def test_a_batch_in_flight_at_the_last_send_is_not_lagging():
     m = {"ok_req_per_s": 30.0, "offered": 40.0, "queue_ms_p99": 20.0}
     assert saturation_reasons(m, 0.8, (6.0, 14.0), 0.95, None)  # an 8 ms "growth" with no service time known
     assert saturation_reasons(m, 0.8, (6.0, 14.0), 0.95, None, service_ms=50.0) == []  # less than one service
+
+
+def _admitted_at_once(i: int, tenant: str, ttft_s: float) -> RequestRecord:
+    t = 0.1 * i
+    return RequestRecord(
+        f"{tenant}{i}", "ok", tenant=tenant, intended_s=t, arrival_s=t, admitted_s=t, client_token_s=[t + ttft_s]
+    )
+
+
+def test_an_engine_that_admits_every_request_shows_its_backlog_in_a_tenants_time_to_first_token():
+    # the case's vLLM pools: no queue wait at all, while the long-prompt tenant's first tokens come ever later
+    chat = [_admitted_at_once(i, "chat", 0.05) for i in range(40)]
+    backlog = [_admitted_at_once(i, "offline", 1.0 + 0.25 * i) for i in range(20)]
+    (first_ms, last_ms), from_ttft = queue_quarters_ms(SimpleNamespace(records=chat + backlog))
+    assert from_ttft and first_ms == pytest.approx(1500.0) and last_ms == pytest.approx(5250.0)
+    m = {"ok_req_per_s": 3.0, "offered": 8.0, "queue_ms_p99": 0.0}
+    assert saturation_reasons(m, 0.86, (first_ms, last_ms), 0.95, None, service_ms=0.0)
+    flat = [_admitted_at_once(i, "offline", 1.0) for i in range(20)]
+    assert queue_quarters_ms(SimpleNamespace(records=chat + flat)) == ((0.0, 0.0), False)
 
 
 def test_bad_budgets_are_refused_with_the_fix():
