@@ -374,6 +374,7 @@ SUB_OPTIONS: dict[str, tuple[dict[str, Any], Callable[[Served], None]]] = {
 SLOW = {  # still run in CI; off the fast suite (~5 min)
     ("attn_implementation", "flex_attention"),  # torch.compile of flex_attention on CPU: ~30-80 s here
     ("weight_quantization", "quanto-int4"),  # quanto's int4 packing of every linear: ~33 s here
+    ("weight_quantization", "quanto-int2"),  # the same packing at 2 bits: ~42 s here
 }
 
 

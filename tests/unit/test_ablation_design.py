@@ -143,6 +143,7 @@ def test_sequential_runs_to_the_maximum_when_nothing_changes(tmp_path: Path) -> 
 # --------------------------------------------------------------------------- A/A, skipped, failed
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~10 s here
 def test_aa_arm_reports_the_noise_floor(tmp_path: Path) -> None:
     cand = _fast({"decode_step_ms": 6.0}, ["tpot_ms_p50"], aa_arm=True, alpha=0.01)
     res = ablate(cand, tmp_path, system_for_trial=fresh_fake_noise)
@@ -159,6 +160,7 @@ def test_aa_arm_reports_the_noise_floor(tmp_path: Path) -> None:
     assert res.verdicts["candidate"].verdict == "regresses"
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~9 s here
 def test_noise_flagged_when_the_aa_arm_moves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import inferopt.ablate.run as run_mod
 

@@ -127,6 +127,7 @@ def test_the_slo_judges_only_the_interactive_tenant_of_a_mixed_load(tmp_path) ->
     assert judged.probes[0].requests == everyone.probes[0].requests == 16  # every tenant served and counted
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~16 s here
 def test_the_fake_case_ranks_the_faster_strategy_first_beyond_noise(tmp_path) -> None:
     fast = {"engine": "fake", "decode_step_ms": 0.5, "batching": {"max_batch_size": 8}}
     slow = {"engine": "fake", "decode_step_ms": 4.0, "batching": {"max_batch_size": 1}}

@@ -155,6 +155,7 @@ def _predicted(cost: CostModel, system: FakeSystem, probe: pd.DataFrame, seeds: 
     return np.mean([_tails(phase_table(r)) for r in runs], axis=0)
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~13 s here
 def test_on_a_jittered_engine_the_spread_brings_the_predicted_tails_to_the_measured():
     """The fake engine with lognormal step jitter (cv 1), batches of 4 near saturation: fitted on one run, the
     simulator predicts another seed's TPOT p95 and TTFT p99. Without the spread (each step its prediction) it

@@ -153,6 +153,7 @@ def test_a_system_at_its_best_batch_gets_no_change_helps(tmp_path):
     assert all("vs baseline" in line for line in r.evidence[-2:]) and len(r.table()) == 3
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~11 s here
 def test_an_slo_no_configuration_meets_says_so(tmp_path):
     strict = SLOConfig(name="strict", ttft_p99_ms=3.0, tpot_p95_ms=50)  # the 5 ms prefill alone misses it
     budget = TuneBudget(max_trials=3, capacity=CAPACITY, confirm_repeats=1)

@@ -52,6 +52,7 @@ def _search(tmp_path, runner=None, parallel=1, max_trials=5):
     return tune(fake(1, 5.0, "fake-b1"), LOAD, SLO, HW, tmp_path, **kw)
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~32 s here
 def test_points_go_to_the_runner_in_waves_and_come_back_the_same(tmp_path):
     inline = _search(tmp_path / "inline")
     runner = Recorder()
@@ -69,6 +70,7 @@ def test_points_go_to_the_runner_in_waves_and_come_back_the_same(tmp_path):
     assert str(tmp_path / "workers") in probe.records_path and read_records(probe.records_path)
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~12 s here
 def test_a_sampled_lever_runs_parallel_points_at_a_time(tmp_path):
     runner = Recorder()
     r = _search(tmp_path, runner, parallel=2, max_trials=3)  # the baseline + 2 of the 3 batch sizes
@@ -76,6 +78,7 @@ def test_a_sampled_lever_runs_parallel_points_at_a_time(tmp_path):
     assert len({p.value for p in r.points[1:]}) == 2 and {p.chosen_by for p in r.points[1:]} <= {"tpe", "grid"}
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~13 s here
 def test_levers_are_searched_side_by_side_in_one_wave(tmp_path):
     base = fake(1, 5.0, "fake-b1")
     spaces = [
@@ -89,6 +92,7 @@ def test_levers_are_searched_side_by_side_in_one_wave(tmp_path):
     assert {next(iter(j.change)) for j in runner.waves[1]} == {"batching.max_batch_size", "batching.batch_wait_ms"}
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~12 s here
 def test_a_point_that_did_not_come_back_is_failed_and_the_search_goes_on(tmp_path):
     r = _search(tmp_path, Recorder(lost={"batching.max_batch_size-4"}), parallel=3)
     lost = {p.label: p for p in r.points}["batching.max_batch_size=4"]
