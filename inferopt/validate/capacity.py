@@ -350,6 +350,13 @@ def _quarters_ms(rows: list[tuple[float, float]]) -> tuple[float, float]:
     return float(np.median(waits[:q])), float(np.median(waits[-q:]))
 
 
+def _grew(quarters_ms: tuple[float, float], allowance_ms: float = 0.0) -> bool:
+    """Whether the last quarter's wait exceeds the first's by more than the first itself (and 1 ms, and the
+    allowance): a backlog, not noise."""
+    first_ms, last_ms = quarters_ms
+    return last_ms - first_ms > max(1.0, first_ms, allowance_ms)
+
+
 def queue_quarters_ms(run: MeasuredRun) -> tuple[tuple[float, float], bool]:
     """How the backlog grew over the probe: the median wait of the first and of the last quarter of the
     successful requests, by send time, and whether it is time to first token. The engine's queue wait, unless it
@@ -357,13 +364,13 @@ def queue_quarters_ms(run: MeasuredRun) -> tuple[tuple[float, float], bool]:
     the running ones, sharing every step, so the tenant whose time to first token grew most is the signal."""
     ok = [r for r in run.records if r.outcome == "ok"]
     queue = _quarters_ms([(r.intended_s, w) for r in ok if (w := _wait_ms(r)) is not None])
-    if not math.isfinite(queue[0]) or queue[1] - queue[0] > max(1.0, queue[0]):
+    if not math.isfinite(queue[0]) or _grew(queue):
         return queue, False
     ttft = []
     for tenant in sorted({r.tenant for r in ok}):
         mine = [r for r in ok if r.tenant == tenant and r.client_token_s]
         ttft.append(_quarters_ms([(r.intended_s, 1000.0 * (r.client_token_s[0] - r.intended_s)) for r in mine]))
-    grown = [q for q in ttft if math.isfinite(q[0]) and q[1] - q[0] > max(1.0, q[0])]
+    grown = [q for q in ttft if _grew(q)]
     return (max(grown, key=lambda q: q[1] - q[0]), True) if grown else (queue, False)
 
 
@@ -381,7 +388,7 @@ def saturation_reasons(
     flat while its queue wait grew."""
     out = []
     first_ms, last_ms = quarters_ms
-    if served < min_served and last_ms - first_ms > max(1.0, first_ms, service_ms):
+    if served < min_served and _grew(quarters_ms, service_ms):
         out.append(
             f"saturated: {served:.2f} completions per arrival while the load arrived (< {min_served:g}), median wait "
             f"(queue, or a tenant's time to first token) {first_ms:.0f} ms in the first quarter of arrivals -> "
