@@ -1,7 +1,7 @@
 """The search's ranking (issue 14): the points tried, their order by capacity under the SLO, and the decision.
 
 A point wins only beyond noise: its capacity bracket lies above the rival's, and head to head at a rate between
-the two brackets (fresh seeds, `choose.duels`) it passes every repeat where the rival fails every one. Beating
+the two brackets (fresh seeds, `choose.duels`) it passes where the rival fails (sequential: `Duel`). Beating
 the baseline but not the runner-up is a "tie": of the tied points that clear the baseline, one whose lever
 leaves the outputs unchanged is preferred (no quality risk for no gain shown), then the highest capacity; no point
 above the baseline's bracket, or a head-to-head that does not confirm it, is "no change helps". A control arm
@@ -87,28 +87,63 @@ class Point:
 
 @dataclass(frozen=True)
 class Duel:
-    """Two points at one offered rate (between their brackets, `between`), fresh seeds each: the leader's gain
-    holds beyond noise when it passes every repeat and the rival fails every one."""
+    """Two points at one offered rate (between their brackets, `between`), fresh seeds each. A seed "misses" when
+    the leader fails it or the rival passes it. Sequential (`choose.duels.run_duel`): the gain holds beyond
+    noise when the first `first_stage` seeds have no miss, or exactly one and the `extra` seeds run after it
+    have none; `false_positive_rate` bounds how often two equal points would pass that rule."""
 
     leader: str
     rival: str
     rate_req_per_s: float
     leader_passed: tuple[bool, ...]
     rival_passed: tuple[bool, ...]
+    first_stage: int = 0  # seeds in the first stage; 0: every seed run is the first stage
+    extra: int = 0  # seeds the second stage has (run only after exactly one first-stage miss)
+
+    def _stage(self) -> int:
+        return self.first_stage or len(self.leader_passed)
+
+    def misses(self, lo: int = 0, hi: int | None = None) -> int:
+        lead, rival = self.leader_passed[lo:hi], self.rival_passed[lo:hi]
+        return sum(not x for x in lead) + sum(rival)
 
     @property
     def confirmed(self) -> bool:
-        return all(self.leader_passed) and not any(self.rival_passed)
+        n = self._stage()
+        if len(self.leader_passed) <= n:
+            return len(self.leader_passed) == n and self.misses(0, n) == 0
+        complete = len(self.leader_passed) == n + self.extra
+        return complete and self.misses(0, n) == 1 and self.misses(n) == 0
+
+    @property
+    def false_positive_rate(self) -> float:
+        return duel_false_positive_rate(self._stage(), self.extra)
 
     def sentence(self) -> str:
-        n = len(self.leader_passed)
-        if not n:
+        n, run = self._stage(), len(self.leader_passed)
+        if not run and not n:
             return f"{self.leader} vs {self.rival}: brackets apart (no head-to-head repeats asked for)"
+        more = f"; one miss in the first {n}, so {run - n} more" if run > n else ""
         return (
-            f"head to head at {self.rate_req_per_s:.4g} req/s ({n} fresh seeds each): {self.leader} passed "
-            f"{sum(self.leader_passed)}/{n}, {self.rival} passed {sum(self.rival_passed)}/{n}"
+            f"head to head at {self.rate_req_per_s:.4g} req/s ({run} fresh seeds each{more}): {self.leader} passed "
+            f"{sum(self.leader_passed)}/{run}, {self.rival} passed {sum(self.rival_passed)}/{run}"
             + ("" if self.confirmed else " — not confirmed")
+            + f" (false-positive rate of the rule <= {self.false_positive_rate:.1%})"
         )
+
+
+def duel_false_positive_rate(first_stage: int, extra: int) -> float:
+    """The largest chance, over the pass probability p two equal points share at the duel's rate (seeds
+    independent), that the sequential rule confirms one over the other: no miss in `first_stage` seeds
+    ((pq)^n), or exactly one (n (pq)^(n-1) (p^2 + q^2)) and then none in `extra` ((pq)^m); q = 1 - p."""
+    n, m = first_stage, extra
+
+    def rate(p: float) -> float:
+        pq = p * (1.0 - p)
+        one_miss = n * pq ** (n - 1) * (p * p + (1.0 - p) ** 2) if n else 0.0
+        return pq**n + (one_miss * pq**m if m else 0.0)
+
+    return max(rate(k / 1000) for k in range(1001))
 
 
 def beyond_brackets(a: CapacityResult, b: CapacityResult) -> bool:

@@ -62,8 +62,9 @@ TARGET_METRICS = ("goodput_req_per_s", "ttft_ms_p99")  # what a capacity gain sh
 @dataclass(frozen=True)
 class TuneBudget:
     """How much the search may run. `max_trials`: capacity searches, the baseline's included (each up to
-    `capacity.max_probes` probes); `confirm_repeats`: head-to-head probes per side with fresh seeds before a
-    gain counts (0: the brackets alone); `seed`: the point sampler's; `control`: a lever added as a control arm."""
+    `capacity.max_probes` probes); `confirm_repeats`: the head-to-head's first stage, probes per side with fresh
+    seeds (as many again after exactly one miss, `choose.duels`; 0: the brackets alone); `seed`: the point
+    sampler's; `control`: a lever added as a control arm."""
 
     max_trials: int = 12
     capacity: CapacityBudget = CapacityBudget(max_probes=8, rel_tol=0.1)
@@ -230,7 +231,10 @@ class TuneResult:
             "not_proposed": [list(x) for x in self.proposals.not_proposed],
             "untried": list(self.untried),
             "evidence": list(self.evidence),
-            "duels": [{**d.__dict__, "confirmed": d.confirmed} for d in self.duels],
+            "duels": [
+                {**d.__dict__, "confirmed": d.confirmed, "false_positive_rate": d.false_positive_rate}
+                for d in self.duels
+            ],
             "metrics": self.metrics(),
             "pruning": self.pruning.summary() if self.pruning is not None else None,
         }
