@@ -3,7 +3,7 @@
 A point wins only beyond noise: its capacity bracket lies above the rival's, and head to head at a rate between
 the two brackets (fresh seeds, `choose.duels`) it passes where the rival fails (sequential: `Duel`). Beating
 the baseline but not the runner-up is a "tie": of the tied points that clear the baseline, one whose lever
-leaves the outputs unchanged is preferred (no quality risk for no gain shown), then the highest capacity; no point
+leaves the outputs unchanged is preferred (no quality risk for no gain shown), then the smallest change; no point
 above the baseline's bracket, or a head-to-head that does not confirm it, is "no change helps". A control arm
 never wins. Also the Pareto rule of the frontier and each point's row of the points table.
 
@@ -263,20 +263,34 @@ def _rank(base: Point, points: Sequence[Point], duel: DuelFn) -> Ranking:
 
 def _break_tie(base: Point, leader: Point, tied: Sequence[Point], duel: DuelFn, duels: list[Duel]) -> tuple[Point, str]:
     """The tied point to recommend: one whose lever leaves the outputs unchanged over one that can change them
-    (no quality risk for a capacity gain not shown beyond noise), then the higher capacity — if its own gain
-    over the baseline holds head to head (the duel is appended to `duels`); else the leader."""
-    pick = min(tied, key=lambda p: (changes_outputs(p), -_capacity_key(p), p.index))
+    (no quality risk for a capacity gain not shown beyond noise), then the smallest change from the baseline
+    (`change_size`: less memory reserved, less to roll out, for no gain shown), then the higher capacity — if
+    its own gain over the baseline holds head to head (the duel is appended to `duels`); else the leader."""
+    pick = min(tied, key=lambda p: (changes_outputs(p), change_size(p), -_capacity_key(p), p.index))
     if pick is leader:
-        return leader, "broken by the point estimate of capacity"
+        return leader, "broken for the leader: no tied point is a smaller change that leaves the outputs as they are"
     duels.append(duel(pick, base, between(base, pick)))
     if not duels[-1].confirmed:
         why = f"{pick.label} vs the baseline: {duels[-1].sentence()}"
         return leader, f"broken by the point estimate of capacity ({why})"
-    return pick, (
-        f"broken for {pick.label} ({_cap_text(pick)}), whose lever leaves the model's outputs unchanged where "
-        f"{leader.label}'s can change them (a quality risk for no capacity gain shown beyond noise); "
-        f"{duels[-1].sentence()}"
-    )
+    if changes_outputs(leader) and not changes_outputs(pick):
+        why = (
+            f"whose lever leaves the model's outputs unchanged where {leader.label}'s can change them (a quality "
+            "risk for no capacity gain shown beyond noise)"
+        )
+    else:
+        why = f"a smaller change from the baseline's {show_value(pick.baseline_value)} than {leader.label}"
+    return pick, f"broken for {pick.label} ({_cap_text(pick)}), {why}; {duels[-1].sentence()}"
+
+
+def change_size(p: Point) -> float:
+    """How far a point moves its knob from the baseline, in [0, 1]: |v - b| / max(|v|, |b|) for numbers (so
+    384 from 192 tokens is 0.5, 768 is 0.75), 1 for any other change (a switch of kind has no size)."""
+    v, b = p.value, p.baseline_value
+    numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (v, b))
+    if not numbers or v == b:
+        return 0.0 if v == b else 1.0
+    return abs(v - b) / max(abs(v), abs(b))
 
 
 def changes_outputs(p: Point) -> bool:

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import pytest
 import yaml
 
-from inferopt.choose.ranking import Duel, Point, between, decide, pareto
+from inferopt.choose.ranking import Duel, Point, between, change_size, decide, pareto
 from inferopt.choose.sampler import allocate, select_points
 from inferopt.choose.search import TuneBudget, custom_space, recommendation, recommendation_yaml, tune
 from inferopt.config import (
@@ -227,8 +227,35 @@ def test_overlapping_brackets_with_the_runner_up_are_a_tie():
     base, log = point(0, 100, 110), []
     pts = [base, point(1, 200, 220), point(2, 210, 230), point(3, 90, 100)]
     r = decide(base, pts, duel_that(True, False, log))
-    assert r.decision == "tie" and r.recommended.index == 2 and [p.index for p in r.tied] == [2, 1]
-    assert len(log) == 1 and "not beyond noise vs batching.max_batch_size=2" in r.message
+    assert r.decision == "tie" and [p.index for p in r.tied] == [2, 1]
+    assert "not beyond noise vs batching.max_batch_size=2" in r.message
+    # the tie goes to the smaller change (2 from 1, not 3), once its own gain over the baseline holds
+    assert r.recommended.index == 1 and log[-1][:2] == (1, 0) and "a smaller change" in r.message
+
+
+def test_a_tie_between_two_sizes_of_one_lever_goes_to_the_smaller_change_whichever_led():
+    # the planted fake KV case, full search vs pruned: 768 led 384 by one bracket step once, tied the next time
+    base = point(0, 20, 22.5, remedy="kv_budget", field="kv_cache_tokens")
+    for hi_768 in (50, 45):
+        p384 = Point(
+            1, "kv_budget", "kv_cache_tokens", 384, 192, "kv_capacity", False, "grid", FakeSystem(), cap(45, 50)
+        )
+        p768 = Point(
+            2,
+            "kv_budget",
+            "kv_cache_tokens",
+            768,
+            192,
+            "kv_capacity",
+            False,
+            "grid",
+            FakeSystem(),
+            cap(hi_768, hi_768 + 5),
+        )
+        r = decide(base, [base, p384, p768], duel_that(True, False, []))
+        assert r.decision == "tie" and r.recommended.value == 384, r.message
+    assert change_size(p384) == pytest.approx(0.5) and change_size(p768) == pytest.approx(0.75)
+    assert change_size(base) == 0.0
 
 
 def test_a_tie_prefers_a_lever_that_leaves_outputs_unchanged_once_its_own_gain_holds_head_to_head():
