@@ -244,6 +244,24 @@ def phase_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
     return {"dx": dx, "dy": dy, "pre": pre}
 
 
+def first_delivery(records: Sequence[RequestRecord]) -> tuple[Fit, np.ndarray, np.ndarray] | None:
+    """vLLM's first-token delivery (client first token - server first token) against the streams in flight
+    then (requests of the same run past their first token and not done, itself included): the API server
+    serialises every stream's output, so the first token waits longer beside more of them."""
+    ok = [r for r in records if r.outcome == "ok" and not r.warmup and r.client_token_s and r.prefill_end_s]
+    ok = [r for r in ok if r.done_s is not None]
+    x, y = [], []
+    for r in ok:
+        t = r.prefill_end_s
+        streams = sum(1 for p in ok if _same_run(p, r) and p.prefill_end_s <= t < p.done_s)
+        x.append((1.0, float(max(streams, 1))))
+        y.append(r.client_token_s[0] - t)
+    if len(y) < 3:
+        return None
+    xa, ya = np.array(x, float), np.array(y, float)
+    return fit_nnls(xa, ya, ("first_deliver_s", "first_per_stream_s")), xa, ya
+
+
 def fit_phases(records: Sequence[RequestRecord], system: Any, kv_bytes_per_token: float | None = None) -> CostModel:
     """A continuous-batching engine's cost model from per-request phases (vLLM's span join)."""
     obs = phase_observations(records)
@@ -267,7 +285,14 @@ def fit_phases(records: Sequence[RequestRecord], system: Any, kv_bytes_per_token
         stats["kv_bytes_per_token"] = float(kv_bytes_per_token)
     px, py = np.array(px, float), np.array(py, float)
     prefill = fit_nnls(px, py, PREFILL_FEATURES)
-    spread = Spread(prefill_ratio=fit_ratios(prefill, px, py), decode_ratio=fit_ratios(joint, jx, jy))
+    first = first_delivery(records)  # None (too few): the first token is delivered like the others
+    stream_lag = [r.client_token_s[-1] - r.done_s for r in ok if r.client_token_s and r.done_s is not None]
+    spread = Spread(
+        prefill_ratio=fit_ratios(prefill, px, py),
+        decode_ratio=fit_ratios(joint, jx, jy),
+        deliver_s=tuple(float(max(0.0, v)) for v in stream_lag),
+        first_deliver_ratio=fit_ratios(*first) if first else (),
+    )
     return CostModel(
         engine=system.engine,
         fingerprint=system_fingerprint(system),
@@ -278,7 +303,9 @@ def fit_phases(records: Sequence[RequestRecord], system: Any, kv_bytes_per_token
         spread=spread,
         overheads=Overheads(
             send_lag_s=_median([r.arrival_s - r.intended_s for r in ok if r.arrival_s is not None]),
-            deliver_s=max(0.0, _median([r.client_token_s[0] - r.prefill_end_s for r in ok if r.client_token_s])),
+            deliver_s=max(0.0, _median(stream_lag)),  # a stream's last token: its others arrive like it
+            first_deliver_s=float(first[0].coef[0]) if first else None,
+            first_per_stream_s=float(first[0].coef[1]) if first else 0.0,
         ),
         notes=("fitted per request from span phases: decode vs the requests running beside it",),
         stats=stats,

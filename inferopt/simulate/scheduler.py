@@ -26,10 +26,18 @@ import pandas as pd
 from inferopt.config import BatchingKnobs
 from inferopt.engines.scheduler import Waiting, admit_on_arrival, static_batch
 from inferopt.records import RequestRecord
-from inferopt.simulate.costs import CostModel, Spread, attn_pairs, mean_one, padded_rows
+from inferopt.simulate.costs import CostModel, Overheads, Spread, attn_pairs, mean_one, padded_rows
 
 SIM_TAG = "simulated"
-SPREAD_KINDS = ("prefill_ratio", "decode_ratio", "admit_s", "first_token_s", "batch_gap_s", "deliver_s")  # `Spread`
+SPREAD_KINDS = (  # `Spread`
+    "prefill_ratio",
+    "decode_ratio",
+    "admit_s",
+    "first_token_s",
+    "batch_gap_s",
+    "deliver_s",
+    "first_deliver_ratio",
+)
 
 
 STRATA = 8  # each run of this many draws of one kind takes one value from each eighth of its sorted pool
@@ -108,6 +116,7 @@ class _Req:
     done_s: float | None = None
     prefilled: int = 0  # prompt tokens computed so far (continuous)
     prompt_len: int = 0  # tokens to compute before it decodes: the prompt, after a preemption prompt + output
+    streams_at_first: int = 0  # requests running when its first token came out (continuous)
 
     @property
     def deadline_s(self) -> float:
@@ -363,7 +372,7 @@ def _finish_step(e: _Engine, plan: Sequence[tuple[_Req, int]], now_s: float, sta
             if q.prefilled < e.prompt(q):
                 continue
             if q.prefill_end_s is None:
-                q.prefill_end_s = now_s
+                q.prefill_end_s, q.streams_at_first = now_s, batch
             if int(q.row["prefix_group"]) >= 0:
                 e.cached_groups.add(int(q.row["prefix_group"]))
         q.token_s.append(now_s)
@@ -399,12 +408,20 @@ def _run_continuous(reqs: list[_Req], policy: ContinuousPolicy, cost: CostModel,
         _finish_step(e, plan, now_s, start_s)
 
 
-def _client_times(token_s: Sequence[float], deliver_s: float, draw: Draws) -> list[float]:
-    """Each token's arrival at the client: its server time plus a delivery drawn from the spread, never before
-    the token ahead of it (a stream arrives in order)."""
+def _first_delivery_s(q: _Req, o: Overheads, draw: Draws) -> float:
+    """The first token's delivery: like any other token's, or (`Overheads.first_deliver_s` set) its own fit at
+    the streams in flight, times a draw from its own spread."""
+    if o.first_deliver_s is None:
+        return o.deliver_s * draw("deliver_s")
+    return (o.first_deliver_s + o.first_per_stream_s * q.streams_at_first) * draw("first_deliver_ratio")
+
+
+def _client_times(q: _Req, o: Overheads, draw: Draws) -> list[float]:
+    """Each token's arrival at the client: its server time plus a delivery drawn from the spread (the first
+    token's its own, `_first_delivery_s`), never before the token ahead of it (a stream arrives in order)."""
     out, last = [], -math.inf
-    for t in token_s:
-        last = max(last, t + deliver_s * draw("deliver_s"))
+    for i, t in enumerate(q.token_s):
+        last = max(last, t + (_first_delivery_s(q, o, draw) if i == 0 else o.deliver_s * draw("deliver_s")))
         out.append(last)
     return out
 
@@ -436,7 +453,7 @@ def _record(q: _Req, cost: CostModel, draw: Draws, tags: tuple[str, int, str]) -
     if q.outcome == "rejected":
         rec.outcome, rec.error, rec.client_done_s = "rejected", "rejected: queue full (simulated)", q.arrival_s
         return rec
-    client = _client_times(q.token_s, cost.overheads.deliver_s, draw)
+    client = _client_times(q, cost.overheads, draw)
     seen = [t for t in client if t <= q.deadline_s]
     timed_out = q.outcome == "timeout" or len(seen) < len(client) or not client
     rec.admitted_s, rec.context_ready_s, rec.prefill_start_s = q.admitted_s, q.prefill_start_s, q.prefill_start_s
