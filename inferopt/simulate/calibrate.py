@@ -110,7 +110,7 @@ def extrapolation(
     if not isinstance(policy_for(system, cost), StaticPolicy) or not (math.isfinite(rate_per_s) and rate_per_s > 0):
         return ""
     run, _ = simulated_run(cost, system, workload, rate_per_s, n, workload.seed)
-    obs = static_observations(run.records)
+    obs = static_observations(run.records, live_rows=static_kv_tokens(system) is not None)
     pre = sum(1 for x in obs["px"] if not cost.prefill.identified(x))
     dec = sum(1 for x in obs["dx"] if not cost.decode.identified(x))
     if not pre and not dec:

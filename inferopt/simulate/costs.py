@@ -266,7 +266,8 @@ def fit_nnls(x: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> Fit:
         raise ValueError("no observations to fit; fix: records with server timings (an ok request at least)")
     scale = np.linalg.norm(x, axis=0)
     scale[scale == 0] = 1.0
-    xs = x / scale
+    full = x / scale
+    xs = full * independent_columns(full)  # a column the earlier ones span is zeroed: its coefficient stays 0
     coef, _ = nnls(xs, y)
     spread = float(np.median(np.abs(y - xs @ coef)))
     if spread > 0 and len(y) > x.shape[1]:  # robust refit: steps slowed by a busy machine weigh less (soft L1)
@@ -275,10 +276,27 @@ def fit_nnls(x: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> Fit:
     resid = y - x @ coef
     ss = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum(resid**2)) / ss if ss > 0 else math.nan
-    _, sv, vt = np.linalg.svd(xs, full_matrices=False)
+    _, sv, vt = np.linalg.svd(full, full_matrices=False)  # what was measured, whichever term took the time
     span = tuple(tuple(float(v) for v in row) for row, s_ in zip(vt, sv, strict=True) if s_ > 1e-6 * sv[0])
     rows = tuple(float(r) for r in resid)
     return Fit(names, tuple(float(c) for c in coef), rows, r2, len(y), span, tuple(float(c) for c in scale))
+
+
+def independent_columns(xs: np.ndarray, tol: float = 1e-6) -> np.ndarray:
+    """Which columns to fit: each unless the earlier ones span it (features are ordered simplest first). One
+    prompt length makes attention pairs proportional to tokens, one context per sequence makes context
+    proportional to sequences: the data cannot split the time between them, and NNLS would hand it to either
+    at random, extrapolating the quadratic term to every other length; the simpler term takes it instead."""
+    keep = np.zeros(xs.shape[1], bool)
+    for j in range(xs.shape[1]):
+        col = xs[:, j]
+        norm = float(np.linalg.norm(col))
+        if norm == 0:
+            continue
+        basis = xs[:, keep]
+        resid = col - basis @ np.linalg.lstsq(basis, col, rcond=None)[0] if keep.any() else col
+        keep[j] = float(np.linalg.norm(resid)) > tol * norm
+    return keep
 
 
 def attn_pairs(new_tokens: Sequence[int], cached_tokens: Sequence[int]) -> float:

@@ -18,7 +18,7 @@ import bisect
 import itertools
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,13 +58,26 @@ def _same_run(a: RequestRecord, b: RequestRecord) -> bool:
     return (a.run_tag, a.scenario, a.trial) == (b.run_tag, b.scenario, b.trial)
 
 
-def static_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
+def _live_after(batches: Sequence[Sequence[RequestRecord]]) -> dict[tuple[str, str, int], Counter]:
+    """Per run, each token stamp -> the requests stamped then that had more to generate: the sequences the
+    next decode step computed (one batch runs at a time, so a stamp is one step's, resumed members included)."""
+    out: dict[tuple[str, str, int], Counter] = defaultdict(Counter)
+    for b in batches:
+        for r in b:
+            out[_run_key(r)].update(r.token_s[:-1])
+    return out
+
+
+def static_observations(records: Sequence[RequestRecord], live_rows: bool = False) -> dict[str, list]:
     """Prefill and decode rows (features, seconds) of every measured static batch. The decode steps are read
     off the batch's longest member that no other batch interrupted; a member without a stamp at a step that
-    stamps later was preempted there (a fixed KV cache, the fake engine's) and leaves that step's count."""
+    stamps later was preempted there (a fixed KV cache, the fake engine's) and leaves that step's count.
+    `live_rows`: a step computes only the sequences still generating (the fake engine's KV-bounded batch, as
+    `scheduler._static_batch_kv` charges it), not every row until the longest ends (hf's padded batch)."""
     px, py, dx, dy = [], [], [], []
     batches = _batches(records)
     starts = defaultdict(list)
+    live = _live_after(batches) if live_rows else {}
     for b in batches:
         starts[_run_key(b[0])].append(b[0].prefill_start_s)
     for batch in batches:
@@ -84,7 +97,7 @@ def static_observations(records: Sequence[RequestRecord]) -> dict[str, list]:
         stamped = [set(r.token_s) for r in batch]
         for k, (a_s, b_s) in enumerate(itertools.pairwise(longest.token_s), start=1):
             gone = sum(1 for r, st in zip(batch, stamped, strict=True) if b_s not in st and r.token_s[-1] > b_s)
-            seqs = size - gone
+            seqs = live[_run_key(batch[0])][a_s] if live_rows else size - gone
             dx.append((1.0, float(seqs), seqs * (width + k) / 1000.0))
             dy.append(float(b_s - a_s))
     return {"px": px, "py": py, "dx": dx, "dy": dy}
@@ -153,7 +166,7 @@ def static_overheads(records: Sequence[RequestRecord], batch_wait_s: float) -> O
 
 def fit_static(records: Sequence[RequestRecord], system: Any) -> CostModel:
     """The hf engine's cost model from its measured records (any number of runs; `trial` keeps them apart)."""
-    obs = static_observations(records)
+    obs = static_observations(records, live_rows=getattr(system, "kv_cache_tokens", None) is not None)
     if len(obs["py"]) < 3 or len(obs["dy"]) < 3:
         raise ValueError(
             f"fit_static: {len(obs['py'])} measured batches and {len(obs['dy'])} decode steps are too few to fit "

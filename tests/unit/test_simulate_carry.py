@@ -243,3 +243,23 @@ def test_capacity_range_widens_where_the_latency_curve_is_flat_at_the_bound():
     lo0, hi0 = capacity_range(cost, system, wl, slo, budget, 0.0)
     lo, hi = capacity_range(cost, system, wl, slo, budget, 0.2)
     assert lo0 == hi0 and lo <= lo0 <= hi0 <= hi and hi > lo
+
+
+def test_a_kv_bounded_batch_is_fitted_on_the_sequences_each_step_computed():
+    """The fake engine's KV-bounded batch charges a decode step for the sequences still generating (finished
+    and preempted ones leave it), and so does the simulator. Counted as rows until the longest ends (hf's padded
+    batch), the fit put 0.11 ms a sequence on a planted 0.3 (a KV case's capacity 25 % high); counted as it
+    computed, the planted costs come back. One prompt length: the prefill time goes to tokens, not pairs."""
+    system = fake(kv_cache_tokens=192, batching=BatchingKnobs(max_batch_size=8, batch_wait_ms=0.0))
+    planted = model(system, decode=(0.003, 0.0003, 0.0), prefill=(0.001, 5e-5, 0.0))
+    rng = np.random.default_rng(7)
+    t = table(np.cumsum(rng.exponential(0.05, 200)), 32, 32)
+    t["output_len"] = rng.integers(8, 48, len(t))
+    recs = simulate(t, policy_for(system, planted), planted, timeout_s=1e9)
+    resumed = [r for r in recs if len(r.token_s) > 1 and np.diff(r.token_s).max() > 0.05]  # waited a batch out
+    assert len(resumed) > 20  # the premise: the cache preempted many
+    fitted = fit_static(recs, system)
+    np.testing.assert_allclose(fitted.decode.coef[:2], (0.003, 0.0003), rtol=0.01)
+    assert fitted.prefill.coef[1] == pytest.approx(5e-5, rel=0.01) and fitted.prefill.coef[2] < 1e-9
+    padded = fit_static(recs, system.model_copy(update={"kv_cache_tokens": None}))  # the hf count
+    assert padded.decode.coef[1] < 0.5 * 0.0003
