@@ -69,3 +69,6 @@ class Capabilities:
     # can hold a request to its target length when asked (`workload.output_lengths: forced`): hf's own loop,
     # vLLM's ignore_eos + min_tokens, an openai endpoint that declares it accepts them, the fake (always)
     forces_lengths: bool = False
+    # a static batch computes a finished row until its longest ends (hf's padded batch, fed the pad token);
+    # False: only the rows still generating (the fake engine). The simulator charges and fits steps by it.
+    finished_rows_compute: bool = True

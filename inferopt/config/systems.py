@@ -347,6 +347,7 @@ class FakeSystem(Frozen):
             cpu_threads=1,
             in_process_model=False,
             stops_at_eos=None,  # it never emits EOS (by construction, not by a switch)
+            finished_rows_compute=False,  # its decode step charges the live sequences only
             verbatim_args=(),
             speculative=None,
             model=None,

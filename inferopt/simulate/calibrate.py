@@ -72,7 +72,12 @@ def policy_for(system: AnySystem, cost: CostModel) -> StaticPolicy | ContinuousP
     caps = system.capabilities
     if caps.kv_budget is None:
         blocks = getattr(system, "prefix_cache_block_tokens", None) if caps.prefix_cache else None
-        return StaticPolicy(system.batching, prefix_block_tokens=blocks, kv_tokens=static_kv_tokens(system))
+        return StaticPolicy(
+            system.batching,
+            prefix_block_tokens=blocks,
+            kv_tokens=static_kv_tokens(system),
+            live_rows=not caps.finished_rows_compute,
+        )
     kv = caps.kv_budget
     per_token = cost.stats.get("kv_bytes_per_token", 0.0)
     blocks = (
@@ -110,7 +115,7 @@ def extrapolation(
     if not isinstance(policy_for(system, cost), StaticPolicy) or not (math.isfinite(rate_per_s) and rate_per_s > 0):
         return ""
     run, _ = simulated_run(cost, system, workload, rate_per_s, n, workload.seed)
-    obs = static_observations(run.records, live_rows=static_kv_tokens(system) is not None)
+    obs = static_observations(run.records, live_rows=not system.capabilities.finished_rows_compute)
     pre = sum(1 for x in obs["px"] if not cost.prefill.identified(x))
     dec = sum(1 for x in obs["dx"] if not cost.decode.identified(x))
     if not pre and not dec:

@@ -72,8 +72,8 @@ def static_observations(records: Sequence[RequestRecord], live_rows: bool = Fals
     """Prefill and decode rows (features, seconds) of every measured static batch. The decode steps are read
     off the batch's longest member that no other batch interrupted; a member without a stamp at a step that
     stamps later was preempted there (a fixed KV cache, the fake engine's) and leaves that step's count.
-    `live_rows`: a step computes only the sequences still generating (the fake engine's KV-bounded batch, as
-    `scheduler._static_batch_kv` charges it), not every row until the longest ends (hf's padded batch)."""
+    `live_rows`: a step computes only the sequences still generating (the fake engine, as the simulator
+    charges it: `Capabilities.finished_rows_compute`), not every row until the longest ends (hf's padded batch)."""
     px, py, dx, dy = [], [], [], []
     batches = _batches(records)
     starts = defaultdict(list)
@@ -166,7 +166,7 @@ def static_overheads(records: Sequence[RequestRecord], batch_wait_s: float) -> O
 
 def fit_static(records: Sequence[RequestRecord], system: Any) -> CostModel:
     """The hf engine's cost model from its measured records (any number of runs; `trial` keeps them apart)."""
-    obs = static_observations(records, live_rows=getattr(system, "kv_cache_tokens", None) is not None)
+    obs = static_observations(records, live_rows=not system.capabilities.finished_rows_compute)
     if len(obs["py"]) < 3 or len(obs["dy"]) < 3:
         raise ValueError(
             f"fit_static: {len(obs['py'])} measured batches and {len(obs['dy'])} decode steps are too few to fit "

@@ -84,6 +84,7 @@ class StaticPolicy:
     knobs: BatchingKnobs
     prefix_block_tokens: int | None = None
     kv_tokens: float | None = None
+    live_rows: bool = False  # a decode step computes only the rows still generating (the fake), not all (hf)
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def _run_static(reqs: list[_Req], policy: StaticPolicy, cost: CostModel, draw: D
             batch = [waiting.pop(k) for k in decision.batch]
             hits = _hits(batch, policy.prefix_block_tokens, cached_groups)
             if policy.kv_tokens is None:
-                now_s = _static_batch(batch, now_s, cost, hits, draw)
+                now_s = _static_batch(batch, now_s, (cost, draw), hits, policy.live_rows)
             else:
                 now_s, preempted = _static_batch_kv(batch, now_s, (cost, draw), hits, policy.kv_tokens)
                 waiting.update((keys[id(q)], q) for q in preempted)  # back in line at its own arrival
@@ -208,9 +209,12 @@ def _prefill_end_s(
     return start_s, start_s + cost.prefill_s(sum(new), attn_pairs(new, cached)) * draw("prefill_ratio")
 
 
-def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Sequence[int], draw: Draws) -> float:
+def _static_batch(
+    batch: Sequence[_Req], now_s: float, model: tuple[CostModel, Draws], hits: Sequence[int], live_rows: bool
+) -> float:
     """One left-padded batch admitted at `now_s` (`hits`: cached prompt tokens per row); returns when its last
-    step ends."""
+    step ends. Each decode step computes every row (`live_rows` False: hf) or those still generating."""
+    cost, draw = model
     lens = [int(q.row["input_len"]) for q in batch]
     new, cached = padded_rows(lens, hits)
     start_s, end_s = _prefill_end_s(cost, draw, now_s, new, cached)
@@ -218,7 +222,8 @@ def _static_batch(batch: Sequence[_Req], now_s: float, cost: CostModel, hits: Se
     times = [end_s + cost.overheads.first_token_s * draw("first_token_s")]
     size = len(batch)
     for k in range(1, steps):
-        times.append(times[-1] + cost.decode_s(size, size * (new[0] + max(cached) + k)) * draw("decode_ratio"))
+        rows = sum(1 for q in batch if int(q.row["output_len"]) > k) if live_rows else size
+        times.append(times[-1] + cost.decode_s(rows, rows * (new[0] + max(cached) + k)) * draw("decode_ratio"))
     for q, hit in zip(batch, hits, strict=True):
         q.admitted_s, q.prefill_start_s, q.prefill_end_s, q.batch_size = now_s, start_s, end_s, size
         q.cached = hit

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -36,7 +37,7 @@ from inferopt.simulate.costs import (
     prefill_features,
     system_fingerprint,
 )
-from inferopt.simulate.observe import fit_static
+from inferopt.simulate.observe import fit_static, static_observations
 from inferopt.simulate.prune import prune
 from inferopt.simulate.scheduler import StaticPolicy, simulate
 from inferopt.validate.capacity import CapacityBudget, CapacityResult
@@ -135,13 +136,14 @@ def test_static_kv_preempts_the_newest_and_it_resumes_by_recomputing():
     assert [r.outcome for r in recs] == ["ok", "ok"] and recs[1].prefill_end_s == pytest.approx(0.005)
 
 
-async def _fake_run(system: FakeSystem, n: int, input_len: int, output_len: int) -> list[list[float]]:
+async def _fake_run(system: FakeSystem, n: int, input_len: int, output_len: int | list[int]) -> list[list[float]]:
     engine = FakeEngine(system)
     await engine.start()
+    outs = output_len if isinstance(output_len, list) else [output_len] * n
     try:
 
         async def one(i: int) -> list[float]:
-            req = GenRequest(f"r{i}", list(range(1, input_len + 1)), output_len)
+            req = GenRequest(f"r{i}", list(range(1, input_len + 1)), outs[i])
             return [ev.server_s async for ev in engine.stream(req) if isinstance(ev, TokenEvent)]
 
         return await asyncio.gather(*(one(i) for i in range(n)))
@@ -261,5 +263,28 @@ def test_a_kv_bounded_batch_is_fitted_on_the_sequences_each_step_computed():
     fitted = fit_static(recs, system)
     np.testing.assert_allclose(fitted.decode.coef[:2], (0.003, 0.0003), rtol=0.01)
     assert fitted.prefill.coef[1] == pytest.approx(5e-5, rel=0.01) and fitted.prefill.coef[2] < 1e-9
-    padded = fit_static(recs, system.model_copy(update={"kv_cache_tokens": None}))  # the hf count
-    assert padded.decode.coef[1] < 0.5 * 0.0003
+    obs = static_observations(recs, live_rows=False)  # hf's count: every row until the longest ends
+    padded = fit_nnls(np.array(obs["dx"]), np.array(obs["dy"]), DECODE_FEATURES)
+    assert padded.coef[1] < 0.5 * 0.0003
+
+
+def test_a_static_batch_of_the_fake_engine_is_charged_for_the_rows_still_generating():
+    """The fake engine's decode step costs its base plus a share per sequence still generating; hf's padded
+    batch computes every row until the longest ends. The engine declares which (`finished_rows_compute`) and the
+    simulator charges by it: outputs of 2, 6, 12 and 24 tokens end where the real sleeps end; charged for every
+    row, the batch would run about 1.8x as long."""
+    system = fake(batching=BatchingKnobs(max_batch_size=4, batch_wait_ms=0.0), decode_step_ms=4.0)
+    assert not system.capabilities.finished_rows_compute
+    outs = [2, 6, 12, 24]
+    stamps = asyncio.run(_fake_run(system, 4, 8, outs))
+    cost = model(system, decode=(0.004, 0.004, 0.0))
+    t = table([0.0] * 4, 8, 1)
+    t["output_len"] = outs
+    recs = simulate(t, policy_for(system, cost), cost)
+    assert [len(s) for s in stamps] == [len(r.token_s) for r in recs] == outs
+    real_span = max(s[-1] for s in stamps) - min(s[0] for s in stamps)
+    sim_span = max(r.token_s[-1] for r in recs) - min(r.token_s[0] for r in recs)
+    assert sim_span == pytest.approx(0.020 + 4 * 0.016 + 6 * 0.012 + 12 * 0.008)
+    assert sim_span - 0.002 <= real_span <= 1.3 * sim_span + 0.005  # a sleep is never shorter
+    padded = simulate(t, replace(policy_for(system, cost), live_rows=False), cost)
+    assert max(r.token_s[-1] for r in padded) - min(r.token_s[0] for r in padded) > 1.6 * real_span
