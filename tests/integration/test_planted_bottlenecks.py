@@ -42,6 +42,7 @@ def _fired(verdict, check: str) -> dict:
     return next(e for e in verdict.evidence if e["check"] == check)
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): 7-10 s here
 def test_queue_bound_is_queueing(tmp_path: Path) -> None:
     cfg, m, loc = _locate("queue-bound", tmp_path)
     v = loc.diagnosis
@@ -50,6 +51,7 @@ def test_queue_bound_is_queueing(tmp_path: Path) -> None:
     assert choose(v.cause, dict(cfg.changes)).matches  # admission control serves queueing
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): 7-10 s here
 def test_prefill_bound_is_compute(tmp_path: Path) -> None:
     cfg, m, loc = _locate("prefill-bound", tmp_path)
     v = loc.diagnosis

@@ -105,6 +105,7 @@ def test_sequential_settings_validate_and_spend_alpha_over_looks() -> None:
 # --------------------------------------------------------------------------- sequential stopping
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): 7-10 s here
 def test_sequential_stops_early_on_a_big_effect(tmp_path: Path) -> None:
     cand = _fast({"decode_step_ms": 6.0}, ["tpot_ms_p50"], min_repeats=3, max_repeats=6)
     res = ablate(cand, tmp_path, system_for_trial=fresh_fake_noise)
@@ -117,6 +118,7 @@ def test_sequential_stops_early_on_a_big_effect(tmp_path: Path) -> None:
     assert last["stop"].all() and last["arm_decided"].all() and (last["alpha"] == s["alpha_used"]).all()
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): 7-10 s here
 def test_sequential_stops_on_harm_when_the_targets_cannot_move(tmp_path: Path) -> None:
     # the target (failure rate, 0 in both arms) can never move; decode twice as slow is a regression beyond
     # tolerance at the first look, which settles the verdict: no more repeats are spent on it

@@ -163,6 +163,7 @@ def test_config_refuses_unknown_field_in_the_mapping_and_unknown_format() -> Non
         TraceConfig(path="t.csv", format="parquet")
 
 
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): 7-10 s here
 def test_the_own_columns_trace_replays_on_an_engine_at_its_lengths() -> None:
     table = _sample("own-columns")
     run = run_system(FakeSystem(decode_step_ms=0.2, prefill_base_ms=0.2), table, RunTags(arm="a"), timeout_s=10)
