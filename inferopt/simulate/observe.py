@@ -96,11 +96,15 @@ def static_observations(records: Sequence[RequestRecord], live_rows: bool = Fals
         width = new[0] + max(cache)
         stamped = [set(r.token_s) for r in batch]
         for k, (a_s, b_s) in enumerate(itertools.pairwise(longest.token_s), start=1):
-            gone = sum(1 for r, st in zip(batch, stamped, strict=True) if b_s not in st and r.token_s[-1] > b_s)
-            seqs = live[_run_key(batch[0])][a_s] if live_rows else size - gone
+            seqs = live[_run_key(batch[0])][a_s] if live_rows else size - _gone(batch, stamped, b_s)
             dx.append((1.0, float(seqs), seqs * (width + k) / 1000.0))
             dy.append(float(b_s - a_s))
     return {"px": px, "py": py, "dx": dx, "dy": dy}
+
+
+def _gone(batch: Sequence[RequestRecord], stamped: Sequence[set[float]], b_s: float) -> int:
+    """Members without a stamp at `b_s` that stamp later: preempted there (a fixed KV cache)."""
+    return sum(1 for r, st in zip(batch, stamped, strict=True) if b_s not in st and r.token_s[-1] > b_s)
 
 
 def _admitted_here(batch: Sequence[RequestRecord]) -> list[RequestRecord]:
@@ -262,13 +266,17 @@ def first_delivery(records: Sequence[RequestRecord]) -> tuple[Fit, np.ndarray, n
     then (requests of the same run past their first token and not done, itself included): the API server
     serialises every stream's output, so the first token waits longer beside more of them."""
     ok = [r for r in records if r.outcome == "ok" and not r.warmup and r.client_token_s and r.prefill_end_s]
-    ok = [r for r in ok if r.done_s is not None]
-    x, y = [], []
+    runs: dict[tuple[str, str, int], list[RequestRecord]] = defaultdict(list)
     for r in ok:
-        t = r.prefill_end_s
-        streams = sum(1 for p in ok if _same_run(p, r) and p.prefill_end_s <= t < p.done_s)
-        x.append((1.0, float(max(streams, 1))))
-        y.append(r.client_token_s[0] - t)
+        if r.done_s is not None:
+            runs[_run_key(r)].append(r)
+    x, y = [], []
+    for run in runs.values():
+        for r in run:
+            t = r.prefill_end_s
+            streams = sum(1 for p in run if p.prefill_end_s <= t < p.done_s)
+            x.append((1.0, float(max(streams, 1))))
+            y.append(r.client_token_s[0] - t)
     if len(y) < 3:
         return None
     xa, ya = np.array(x, float), np.array(y, float)
