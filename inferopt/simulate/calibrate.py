@@ -294,6 +294,14 @@ def error_table(
     return pd.DataFrame(rows)
 
 
+def as_searched(budget: CapacityBudget, result: CapacityResult) -> CapacityBudget:
+    """`budget` started where the measured search started (its first probe's rate): the simulated search then
+    walks the same grid of rates, so a capacity error is the model's and not two brackets' different grids
+    (each up to `rel_tol` wide, reached from different starts)."""
+    first = min(result.probes, key=lambda p: p.index, default=None)
+    return replace(budget, start_req_per_s=first.offered_req_per_s) if first is not None else budget
+
+
 def capacity_table(
     cost: CostModel,
     measured: dict[str, tuple[AnySystem, CapacityResult]],
@@ -306,8 +314,9 @@ def capacity_table(
     allows (`capacity_range`) and whether the measured bracket meets it, one bracket's width given (`in_range`)."""
     rows = []
     for label, (system, result) in measured.items():
-        sim = simulated_capacity(cost, system, workload, slo, budget)
-        lo, hi = capacity_range(cost, system, workload, slo, budget, err) if math.isfinite(err) else (math.nan,) * 2
+        searched = as_searched(budget, result)
+        sim = simulated_capacity(cost, system, workload, slo, searched)
+        lo, hi = capacity_range(cost, system, workload, slo, searched, err) if math.isfinite(err) else (math.nan,) * 2
         m_lo = result.req_per_s
         m_hi = result.hi_req_per_s or m_lo * (1.0 + budget.rel_tol)
         rows.append(

@@ -23,6 +23,7 @@ from inferopt.simulate.calibrate import (
     MeasuredProbe,
     calibrate,
     calibrate_search,
+    capacity_table,
     judge,
     policy_for,
     simulated_capacity,
@@ -260,6 +261,18 @@ def test_calibration_passes_a_true_model_and_flags_a_bad_one(tmp_path) -> None:
 
     bad = calibrate(fit_on, held, slow_fitter, WL, SLO, BUDGET, capacities=caps)
     assert not bad.usable and "unusable for pruning" in bad.message
+
+
+def test_a_held_back_capacity_is_predicted_by_the_search_it_was_measured_by() -> None:
+    """The measured search started at another rate than the calibration's budget: the simulated search starts
+    there too, so a true model predicts its capacity exactly (from the budget's start, the same truth brackets
+    another rate: the two grids differ by up to a bracket)."""
+    held_sys = _hf(batch=2)
+    truth = _model(_hf(batch=4, wait_ms=5.0), prefill=(0.004, 5e-5, 1e-3), decode=(0.004, 1e-3, 2e-3))
+    measured = simulated_capacity(truth, held_sys, WL, SLO, dataclasses.replace(BUDGET, start_req_per_s=35.0))
+    assert simulated_capacity(truth, held_sys, WL, SLO, BUDGET).req_per_s != measured.req_per_s  # grids differ
+    table = capacity_table(truth, {"held": (held_sys, measured)}, WL, SLO, BUDGET)
+    assert table["predicted_req_per_s"].iloc[0] == measured.req_per_s and table["rel_err"].iloc[0] == 0.0
 
 
 def test_judge_needs_held_back_probes() -> None:
