@@ -52,6 +52,7 @@ from inferopt.validate.capacity import (  # noqa: E402
     probe_table,
     probe_workload,
     summarize_probe,
+    sustained_req_per_s,
     workload_rate_per_s,
 )
 
@@ -91,7 +92,7 @@ def _reused(out: Path, budget: CapacityBudget, slo: SLOConfig) -> CapacityResult
     return conclude(probes, (), budget, slo)
 
 
-def _probe(system, workload, slo, budget, out: Path, where, prev) -> Probe:
+def _probe(system, workload, slo, budget, out: Path, where, earlier) -> Probe:
     """One capacity probe, as `inferopt.validate.capacity.capacity` runs it (records in `probe-NN/`)."""
     index, phase, rate = where
     n = probe_requests(budget, rate, workload.num_requests)
@@ -102,7 +103,10 @@ def _probe(system, workload, slo, budget, out: Path, where, prev) -> Probe:
     run = run_system(
         system, probe_table(wl, rate), tags, timeout_s=wl.timeout_s, records_path=path, prompt_seed=wl.seed
     )
-    probe = summarize_probe(run, (index, phase, rate, str(path)), slo, budget, prev, RequestSLO.of(wl, slo))
+    below = [p for p in earlier if p.offered_req_per_s < rate and p.failed_at is None]
+    prev = max(below, key=lambda p: p.offered_req_per_s) if below else None
+    req_slo, sustained = RequestSLO.of(wl, slo), sustained_req_per_s(earlier)
+    probe = summarize_probe(run, (index, phase, rate, str(path)), slo, budget, prev, req_slo, None, sustained)
     with (out / "probes.jsonl").open("a") as fh:
         fh.write(json.dumps(probe.row(), default=str) + "\n")
     return probe
@@ -122,10 +126,9 @@ def interleaved_searches(configs, workload, slo, reuse: bool) -> dict[str, Capac
                 done[label] = conclude(probes.pop(label), (), budget, slo)
                 continue
             rate, phase = nxt
-            below = [p for p in probes[label] if p.offered_req_per_s < rate and p.failed_at is None]
-            prev = max(below, key=lambda p: p.offered_req_per_s) if below else None
             out.mkdir(parents=True, exist_ok=True)
-            probes[label].append(_probe(system, workload, slo, budget, out, (len(probes[label]), phase, rate), prev))
+            where = (len(probes[label]), phase, rate)
+            probes[label].append(_probe(system, workload, slo, budget, out, where, probes[label]))
     return done
 
 

@@ -41,6 +41,7 @@ from inferopt.validate.capacity import (
     probe_workload,
     slo_bounds_ms,
     summarize_probe,
+    sustained_req_per_s,
     workload_rate_per_s,
 )
 
@@ -165,12 +166,15 @@ def simulated_probe(
     where: tuple[int, str, float],
     prev: Probe | None = None,
     replicas: int = 1,
+    sustained: float = 0.0,
 ) -> Probe:
-    """A capacity probe's summary row, predicted (`where`: index, phase, offered rate)."""
+    """A capacity probe's summary row, predicted (`where`: index, phase, offered rate; `prev`, `sustained`: as
+    the search's own `summarize_probe` gets them)."""
     index, phase, rate = where
     n = probe_requests(budget, rate, workload.num_requests)  # as the measured probe at this rate
     run, wl = simulated_run(cost, system, workload, rate, n, workload.seed, replicas)
-    return summarize_probe(run, (index, phase, rate, SIM_TAG), slo, budget, prev, RequestSLO.of(wl, slo))
+    where4 = (index, phase, rate, SIM_TAG)
+    return summarize_probe(run, where4, slo, budget, prev, RequestSLO.of(wl, slo), sustained_req_per_s=sustained)
 
 
 def simulated_capacity(
@@ -189,7 +193,8 @@ def simulated_capacity(
         below = [p for p in probes if p.offered_req_per_s < rate]
         prev = max(below, key=lambda p: p.offered_req_per_s) if below else None
         where = (len(probes), phase, rate)
-        probes.append(simulated_probe(cost, system, workload, slo, budget, where, prev, replicas))
+        sustained = sustained_req_per_s(probes)
+        probes.append(simulated_probe(cost, system, workload, slo, budget, where, prev, replicas, sustained))
     return conclude(probes, (), budget, slo)
 
 

@@ -23,6 +23,9 @@ from inferopt.config import (
     WorkloadConfig,
 )
 from inferopt.config.systems import BatchingKnobs
+from inferopt.measure.runner import RunTags
+from inferopt.measure.session import run_system
+from inferopt.measure.slo import RequestSLO
 from inferopt.records import RequestRecord
 from inferopt.report.plots import capacity_curve
 from inferopt.validate.capacity import (
@@ -37,6 +40,8 @@ from inferopt.validate.capacity import (
     queue_quarters_ms,
     saturation_reasons,
     served_ratio,
+    summarize_probe,
+    sustained_req_per_s,
     unqueued_miss,
     unqueued_service_s,
     workload_rate_per_s,
@@ -310,3 +315,24 @@ def test_an_engine_that_does_not_start_ends_the_search_with_the_error(tmp_path):
     r = capacity(planted(10.0), workload(50.0), GENEROUS, tmp_path, engine_factory=lambda system: NoStart())
     assert r.status == "failed" and len(r.probes) == 1 and "no device here" in r.message
     assert (tmp_path / "probes.jsonl").read_text().count("\n") == 1  # the failed probe is kept too
+
+
+def test_a_backlog_below_a_throughput_the_engine_sustained_is_a_burst_not_saturation(tmp_path):
+    # every probe replays one draw of arrivals: a burst at its end lags completions and grows the wait at any
+    # rate (the hf engine "saturated" at 4.46 req/s after completing 7.7 req/s at 8.4, TTFT p99 half its bound)
+    system = planted(decode_step_ms=50.0)  # 20 req/s
+    wl = workload(10.0, n=24)
+    table = probe_table(wl, 10.0)
+    offsets = table["arrival_offset_s"].to_numpy(float).copy()
+    offsets[-6:] = offsets[-6]  # the last 6 sent at once
+    path = tmp_path / "requests.jsonl"
+    run = run_system(system, table.assign(arrival_offset_s=offsets), RunTags(), timeout_s=30, records_path=path)
+    args = (run, (1, "bisect", 10.0, str(path)), GENEROUS, CapacityBudget(), None, RequestSLO.of(wl, GENEROUS))
+    alone = summarize_probe(*args)
+    assert alone.saturated and not alone.passed, alone.reasons
+    seen = summarize_probe(*args, sustained_req_per_s=19.0)  # an earlier probe completed 19 req/s
+    assert not seen.saturated and seen.passed, seen.reasons
+    assert any(r.startswith("not saturated: 10 req/s offered is below 90% of the 19 req/s") for r in seen.reasons)
+    assert summarize_probe(*args, sustained_req_per_s=10.5).saturated  # 10 of 10.5: too close to tell
+    assert sustained_req_per_s([probe(8, False, achieved_req_per_s=7.7), probe(4, True, achieved_req_per_s=4.1)]) == 7.7
+    assert sustained_req_per_s([probe(8, False, achieved_req_per_s=9.0, failed_at="run")]) == 0.0
