@@ -14,6 +14,7 @@ Deliberately not here: running engines (the caller measured), MLflow (tasks/), p
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -289,14 +290,17 @@ def error_table(
     slo: SLOConfig,
     budget: CapacityBudget,
 ) -> pd.DataFrame:
-    """Predicted vs measured for every (probe, split) given."""
-    rows = []
-    for mp, split in probes:
-        pred = simulated_probe(
-            cost, mp.system, workload, slo, budget, (mp.probe.index, mp.probe.phase, mp.probe.offered_req_per_s)
-        )
-        rows += _rows(mp, pred, split)
-    return pd.DataFrame(rows)
+    """Predicted vs measured for every (probe, split) given, each search's probes in its order: a predicted
+    verdict is judged against the predicted probes before it, as the search judged the measured one."""
+    searched: dict[str, list[Probe]] = defaultdict(list)
+    predicted = {}
+    for mp, _ in sorted(probes, key=lambda t: (t[0].label, t[0].probe.index)):
+        seen, rate = searched[mp.label], mp.probe.offered_req_per_s
+        prev = max((p for p in seen if p.offered_req_per_s < rate), key=lambda p: p.offered_req_per_s, default=None)
+        where = (mp.probe.index, mp.probe.phase, rate)
+        seen.append(simulated_probe(cost, mp.system, workload, slo, budget, where, prev, 1, sustained_req_per_s(seen)))
+        predicted[id(mp)] = seen[-1]
+    return pd.DataFrame([row for mp, split in probes for row in _rows(mp, predicted[id(mp)], split)])
 
 
 def as_searched(budget: CapacityBudget, result: CapacityResult) -> CapacityBudget:
