@@ -13,7 +13,7 @@ Prompts are capped at 128 tokens, outputs at 32, the SLO is TTFT p99 1.5 s / TPO
 machine's own error on the same metrics, is the floor under the model's. Cost: ~6-10 min per engine on a quiet
 2-core box (+4-5 with --repeat); `--reuse` recalibrates on the probes a run left in `--out`. Last line: one JSON
 object {"engines", "median_rel_err", "p99_rel_err", "capacity_rel_err", "probes_fit", "probes_held_back",
-"usable", "repeat_median_rel_err", ...}. Usage:
+"usable", "median_signed_err", "repeat_median_rel_err", ...}. Usage:
 
     flock /tmp/inferopt-bench.lock nice -n 5 .venv/bin/python benchmarks/simulator_error.py [--engines hf,vllm]
 """
@@ -259,6 +259,8 @@ def main() -> None:
         "engines": engines,
         "median_rel_err": {m: _num(held.loc[held["metric"] == m, "rel_err"].median()) for m in metrics},
         "p99_rel_err": {m: _num(held.loc[held["metric"] == m, "rel_err"].quantile(0.99)) for m in metrics},
+        # (predicted - measured) / measured, median: near 0 with a large median_rel_err is scatter, not bias
+        "median_signed_err": {m: _num(signed_err(held[held["metric"] == m]).median()) for m in metrics},
         "capacity_rel_err": _num(caps["rel_err"].median()) if len(caps) else None,
         # the same errors on the probes it was fitted on: a floor set by run-to-run noise, not by the model
         "fit_median_rel_err": {m: _num(fitted.loc[fitted["metric"] == m, "rel_err"].median()) for m in metrics},
@@ -272,6 +274,11 @@ def main() -> None:
         "rates_overlap": overlap,
     }
     print(json.dumps(line))
+
+
+def signed_err(rows: pd.DataFrame) -> pd.Series:
+    """(predicted - measured) / measured per row (NaN where nothing was measured)."""
+    return (rows["predicted"] - rows["measured"]) / rows["measured"].where(rows["measured"] != 0)
 
 
 def _num(v: float) -> float | None:
