@@ -142,16 +142,17 @@ def repeated_probes(configs, results, workload, slo, reuse: bool) -> dict[str, l
     run-to-run error, the floor under the simulator's (`--reuse`: the repeats a run left in `out/repeat`)."""
     pairs: dict[str, list[tuple[Probe, Probe]]] = {}
     todo = {label: [p for p in results[label].probes if p.failed_at is None] for label in configs}
+    kept = {
+        label: {round(p.offered_req_per_s, 6): p for p in _rows_of(out / "repeat" / "probes.jsonl")} if reuse else {}
+        for label, (_, _, out, _) in configs.items()
+    }
     for k in range(max(map(len, todo.values()), default=0)):
         for label, probes in todo.items():
             if k >= len(probes):
                 continue
             system, budget, out, _ = configs[label]
-            done = (
-                {round(p.offered_req_per_s, 6): p for p in _rows_of(out / "repeat" / "probes.jsonl")} if reuse else {}
-            )
             first = probes[k]
-            again = done.get(round(first.offered_req_per_s, 6)) or _probe(
+            again = kept[label].get(round(first.offered_req_per_s, 6)) or _probe(
                 system, workload, slo, budget, out / "repeat", (k, first.phase, first.offered_req_per_s), probes[:k]
             )
             pairs.setdefault(label, []).append((first, again))
@@ -180,8 +181,7 @@ def run_engine(engine: str, args, workload, slo, out: Path):
         )
         configs[label] = (system, budget, out / engine / label.replace(",", "_").replace("=", "-"), start)
     results = interleaved_searches(configs, workload, slo, args.reuse)
-    held_labels = [label for label, *_ in held_cfgs]
-    held_configs = {label: configs[label] for label in held_labels}
+    held_configs = {label: configs[label] for label, *_ in held_cfgs}
     pairs = repeated_probes(held_configs, results, workload, slo, args.reuse) if args.repeat else {}
     searches = {label: (configs[label][0], results[label], configs[label][1]) for label in configs}
     for label, (_, result, _) in searches.items():
