@@ -6,8 +6,14 @@ cache's: KL divergence (nats), argmax agreement, and exact answers. A decode ste
 cache as stored (quantized), the prefill pass does not, so with kv v4 data (two-digit values, `--tokens 2`)
 the second digit is where a KV arm can show harm. Prints one line per arm; the last line is one JSON object
 {arm: {"kl_mean", "kl_max", "argmax_agree", "exact", "n"}}.
+`--prefix-margin` asks how much headroom the answer has instead: the document (all but the query's last token)
+is prefilled into the arm's cache, so the query token reads it as stored (the prefix-cached case, where even the
+first answer token sees the quantized K/V), and the answer's logit margin (right token - best other) is compared
+with the full-precision cache's: {arm: {"margin_p10", "margin_p50", "shift_p50", "shift_p90", "shift_max",
+"flipped", "n"}}.
 
 Usage: python benchmarks/kv_decode_sensitivity.py --model DIR --data-dir D [--arms quanto-int4,...] [--limit N]
+       [--prefix-margin]
 """
 
 from __future__ import annotations
@@ -45,6 +51,43 @@ def last_step(model_dir: str, kv_cache: str, docs: list[dict], tokens: int):
     return torch.stack(steps), answers
 
 
+def prefix_margins(model_dir: str, kv_cache: str, docs: list[dict]):
+    """The answer's first-token logit margin per document when the query's last token reads the document from
+    `kv_cache` (prefilled in a first call, as a prefix cache would hold it)."""
+    import torch
+
+    from inferopt.config import HFSystem, ModelSpec
+    from inferopt.engines.hf.loop import make_cache
+    from inferopt.model.loading import load_system_model
+
+    loaded = load_system_model(HFSystem(model=ModelSpec(path=model_dir)))
+    margins = []
+    for d in docs:
+        ids = loaded.tokenizer(d["prompt"], return_tensors="pt")["input_ids"]
+        right = loaded.tokenizer(d["answer"], add_special_tokens=False)["input_ids"][0]
+        cache = make_cache(loaded.model, kv_cache)
+        with torch.no_grad():
+            loaded.model(ids[:, :-1], past_key_values=cache, use_cache=True)
+            logits = loaded.model(ids[:, -1:], past_key_values=cache, use_cache=True).logits[0, -1].float()
+        others = torch.cat([logits[:right], logits[right + 1 :]])
+        margins.append(float(logits[right] - others.max()))
+    return torch.tensor(margins)
+
+
+def margin_row(ref, m) -> dict:
+    shift = (m - ref).abs()
+    q = lambda t, p: round(float(t.quantile(p)), 3)  # noqa: E731
+    return {
+        "margin_p10": q(m, 0.1),
+        "margin_p50": q(m, 0.5),
+        "shift_p50": q(shift, 0.5),
+        "shift_p90": q(shift, 0.9),
+        "shift_max": round(float(shift.max()), 3),
+        "flipped": int(((m > 0) != (ref > 0)).sum()),
+        "n": len(m),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -53,11 +96,21 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=2, help="decode steps; the last one is compared")
     ap.add_argument("--limit", type=int, default=120)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--prefix-margin", action="store_true", help="the answer's margin over a prefilled cache")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     docs = long_kv_docs(args.data_dir, args.limit)
+    if args.prefix_margin:
+        ref = prefix_margins(args.model, "dynamic", docs)
+        rows = {
+            arm: margin_row(ref, prefix_margins(args.model, arm, docs)) for arm in ["dynamic", *args.arms.split(",")]
+        }
+        for arm, row in rows.items():
+            print(arm, row, flush=True)
+        print(json.dumps(rows))
+        return
     ref, ref_answers = last_step(args.model, "dynamic", docs, args.tokens)
     out = {}
     for arm in ["dynamic", *args.arms.split(",")]:
