@@ -4,8 +4,9 @@ Evaluates the trained quality model (`builtin:quality-tiny`) with lm-eval under 
 sliced gate (paired per-slice bootstrap, non-inferiority margin) of each arm against its fp32 baseline:
   benign      weights quanto-int8                 expected: passes every slice
   aggressive  weights quanto-int2                 expected: fails the slices it hurts
-  the KV arms of `inferopt.model.quality.planted` (2- and 4-bit KV, a 128-token sliding window on the
-  model's Mistral twin: the long-retrieval slice fails; hqq 8-bit KV: it passes)
+  the KV arms of `inferopt.model.quality.planted` (2-bit KV; 4-bit KV on the model's key-outlier twin; a
+  128-token sliding window on its Mistral twin: the long-retrieval slice fails; hqq 8-bit KV on the
+  key-outlier twin: it passes)
 Each baseline is evaluated once (`sliced_gate`'s cache). Prints the baseline accuracy table and each arm's
 non-passing slices; the last line is one JSON object:
 {"baseline_acc": {slice: acc}, "retrieval_by_distance": {lang: {"lo-hi": acc}}, "benign_arm_passes": bool,
@@ -61,7 +62,7 @@ def main() -> None:
     arms = {
         "benign:quanto-int8": ("pass", base, base.model_copy(update={"weight_quantization": "quanto-int8"})),
         "aggressive:quanto-int2": ("fail", base, base.model_copy(update={"weight_quantization": "quanto-int2"})),
-        **planted_kv_arms(base, Path(tempfile.mkdtemp(prefix="quality-tiny-mistral-"))),
+        **planted_kv_arms(base, Path(tempfile.mkdtemp(prefix="quality-tiny-twins-"))),
     }
     if args.arms:
         arms = {k: v for k, v in arms.items() if k in args.arms.split(",")}
