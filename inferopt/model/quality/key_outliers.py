@@ -33,6 +33,11 @@ class PlantedPair:
     scale: float
 
 
+def head_dim(cfg: Any) -> int:
+    """Per-head width: the config's `head_dim`, else hidden size over heads (older Mistral configs)."""
+    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+
+
 def key_abs_mean(model: Any, prompts: list[Any]) -> Any:
     """Mean |k| per (layer, kv head, channel) before RoPE, over every position of `prompts` (input-id tensors)."""
     import torch
@@ -59,7 +64,7 @@ def key_abs_mean(model: Any, prompts: list[Any]) -> Any:
         for h in handles:
             h.remove()
     per_layer = [sums[i] / count[0] for i in range(len(model.model.layers))]
-    return torch.stack(per_layer).reshape(len(per_layer), cfg.num_key_value_heads, cfg.head_dim)
+    return torch.stack(per_layer).reshape(len(per_layer), cfg.num_key_value_heads, head_dim(cfg))
 
 
 def plant_key_outliers(model: Any, abs_mean: Any, ratio: float) -> list[PlantedPair]:
@@ -75,7 +80,7 @@ def plant_key_outliers(model: Any, abs_mean: Any, ratio: float) -> list[PlantedP
             f"{cfg.model_type}: the rescaling keeps outputs only where q and k go straight from their projections "
             "into rotate-half RoPE (llama, mistral); fix: a Llama- or Mistral-layout model"
         )
-    d, groups = cfg.head_dim, cfg.num_attention_heads // cfg.num_key_value_heads
+    d, groups = head_dim(cfg), cfg.num_attention_heads // cfg.num_key_value_heads
     planted = []
     with torch.no_grad():
         for n, layer in enumerate(model.model.layers):
