@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,23 +27,31 @@ sys.path.insert(0, str(ROOT))
 
 
 def planted_copy(ratio: float, out: Path) -> str:
-    """The model directory for `ratio` (0: the shipped model), written by the key_outliers CLI."""
+    """The model directory for `ratio` (0: the shipped model as it is)."""
+    from inferopt.config import ModelSpec
+    from inferopt.model.loading import resolve_model_dir
+    from inferopt.model.quality.key_outliers import key_outlier_copy
+
     if ratio == 0:
         return "builtin:quality-tiny"
-    cmd = [sys.executable, "-m", "inferopt.model.quality.key_outliers", "--out", str(out), "--ratio", str(ratio)]
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    return str(out)
+    return str(key_outlier_copy(resolve_model_dir(ModelSpec(path="builtin:quality-tiny")), out, ratio)[0])
 
 
 def long_row(res) -> dict:
+    """The long-retrieval slice's row of one gate result (or why there is none)."""
     from inferopt.model.quality.planted import LONG_SLICE
 
     t = res.table
     if t.empty:
         return {"status": "error", "reasons": res.reasons[:2]}
     r = t[(t["slice"] == LONG_SLICE) & (t["metric"] == "exact")].iloc[0]
-    return {k: round(float(r[c]), 3) for k, c in (("base", "base_mean"), ("cand", "cand_mean"),
-            ("ci_lo", "ci_lo"), ("ci_hi", "ci_hi"))} | {"status": str(r["status"])}  # fmt: skip
+    return {
+        "base": round(float(r["base_mean"]), 3),
+        "cand": round(float(r["cand_mean"]), 3),
+        "ci_lo": round(float(r["ci_lo"]), 3),
+        "ci_hi": round(float(r["ci_hi"]), 3),
+        "status": str(r["status"]),
+    }
 
 
 def main() -> None:

@@ -21,16 +21,12 @@ from typing import Literal
 
 from inferopt.config import HFSystem, ModelSpec
 from inferopt.model.loading import resolve_model_dir
-from inferopt.model.quality.key_outliers import key_outlier_copy
+from inferopt.model.quality.key_outliers import KEY_OUTLIER_RATIO, key_outlier_copy
 from inferopt.model.quality.mistral_copy import mistral_copy
 
 Expect = Literal["fail", "pass"]
 LONG_SLICE = "task=kv,context=long"  # the slice (metric `exact`) the planted KV arms are judged on
 WINDOW_TOKENS = 128  # the window arm's size: well inside the 420-480-token long contexts
-# The outlier twin's largest key pair over its median channel (mean |k|): the geometric middle of the 8-100x
-# reported for real LLMs' keys (Qwen2-7B, whose per-token INT4 KV collapses); the trained proxy's are 2-5x.
-# `benchmarks/kv_outlier_sweep.py` shows the 4-bit arm's long slice at 0, 10, 20, 28 and 40.
-KEY_OUTLIER_RATIO = 28.0
 
 
 def planted_kv_arms(
