@@ -1,15 +1,12 @@
 """Can a KV-cache arm change a decoded answer at all? (issue 20: the planted 4-bit KV arm.)
 
-For the long kv documents of the quality model's task data, each arm prefills the prompt and decodes
-`--tokens` tokens greedily; the last decode step's distribution is compared with the dynamic (full-precision)
-cache's: KL divergence (nats), argmax agreement, and exact answers. A decode step after prefill reads the
-cache as stored (quantized), the prefill pass does not, so with kv v4 data (two-digit values, `--tokens 2`)
-the second digit is where a KV arm can show harm. Prints one line per arm; the last line is one JSON object
-{arm: {"kl_mean", "kl_max", "argmax_agree", "exact", "n"}}.
-`--prefix-margin` asks how much headroom the answer has instead: the document (all but the query's last token)
-is prefilled into the arm's cache, so the query token reads it as stored (the prefix-cached case, where even the
-first answer token sees the quantized K/V), and the answer's logit margin (right token - best other) is compared
-with the full-precision cache's: {arm: {"margin_p10", "margin_p50", "shift_p50", "shift_p90", "shift_max",
+For the long kv documents of the quality model's task data, each arm prefills the prompt and decodes `--tokens`
+tokens greedily; the last decode step is compared with the full-precision cache's: KL divergence (nats), argmax
+agreement, exact answers (a decode step reads the cache as stored, the prefill pass does not). Last line:
+{arm: {"kl_mean", "kl_max", "argmax_agree", "exact", "n"}}. `--prefix-margin` measures the headroom instead:
+the document (all but the query's last token) is prefilled into the arm's cache, so the query token reads it
+quantized (the prefix-cached case), and the answer's logit margin (right token - best other) is compared with
+the full-precision cache's: {arm: {"margin_p10", "margin_p50", "shift_p50", "shift_p90", "shift_max",
 "flipped", "n"}}.
 
 Usage: python benchmarks/kv_decode_sensitivity.py --model DIR --data-dir D [--arms quanto-int4,...] [--limit N]
