@@ -48,16 +48,13 @@ def last_step(model_dir: str, kv_cache: str, docs: list[dict], tokens: int):
     return torch.stack(steps), answers
 
 
-def prefix_margins(model_dir: str, kv_cache: str, docs: list[dict]):
+def prefix_margins(loaded, kv_cache: str, docs: list[dict]):
     """The answer's first-token logit margin per document when the query's last token reads the document from
-    `kv_cache` (prefilled in a first call, as a prefix cache would hold it)."""
+    `kv_cache` (prefilled in a first call, as a prefix cache would hold it); `loaded`: the model, loaded once."""
     import torch
 
-    from inferopt.config import HFSystem, ModelSpec
     from inferopt.engines.hf.loop import make_cache
-    from inferopt.model.loading import load_system_model
 
-    loaded = load_system_model(HFSystem(model=ModelSpec(path=model_dir)))
     margins = []
     for d in docs:
         ids = loaded.tokenizer(d["prompt"], return_tensors="pt")["input_ids"]
@@ -100,10 +97,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     docs = long_kv_docs(args.data_dir, args.limit)
     if args.prefix_margin:
-        ref = prefix_margins(args.model, "dynamic", docs)
-        rows = {
-            arm: margin_row(ref, prefix_margins(args.model, arm, docs)) for arm in ["dynamic", *args.arms.split(",")]
-        }
+        from inferopt.config import HFSystem, ModelSpec
+        from inferopt.model.loading import load_system_model
+
+        loaded = load_system_model(HFSystem(model=ModelSpec(path=args.model)))  # the arms differ in the cache only
+        ref = prefix_margins(loaded, "dynamic", docs)
+        rows = {"dynamic": margin_row(ref, ref)}
+        rows |= {arm: margin_row(ref, prefix_margins(loaded, arm, docs)) for arm in args.arms.split(",")}
         for arm, row in rows.items():
             print(arm, row, flush=True)
         print(json.dumps(rows))

@@ -27,6 +27,7 @@ from inferopt.model.builtin import shipped_dir
 
 Split = Literal["train", "eval"]
 TASKS = ("arith", "kv", "tool", "mc")
+TASK_DATA_DIR = Path(__file__).resolve().parents[2] / "gate" / "tasks" / "data"  # the shipped lm-eval task data
 LANGS = ("en", "zh")
 
 _EN_KEYS = list("abcdefghijklmnopqrstuvwxyz")
@@ -409,7 +410,7 @@ if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description="write the quality suite's evaluation JSONL files")
-    ap.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "gate" / "tasks" / "data"))
+    ap.add_argument("--data-dir", default=str(TASK_DATA_DIR))
     ap.add_argument("--per-slice", type=int, default=60)
     ap.add_argument(
         "--kv-format", choices=KV_FORMATS, default=None, help="default: the shipped weights' (training.json)"

@@ -22,6 +22,7 @@ from typing import Any
 
 from inferopt.config import ModelSpec
 from inferopt.model.loading import resolve_model_dir
+from inferopt.model.quality.corpus import TASK_DATA_DIR
 
 # The planted twin's ratio (largest key pair's mean |k| over the median channel's): the geometric middle of the
 # 8-100x reported for real LLMs' keys (Qwen2-7B, whose per-token INT4 KV collapses); the trained proxy's are 2-5x.
@@ -120,8 +121,11 @@ def key_outlier_copy(
 
     src, dst = Path(model_dir), Path(out_dir)
     model, tok = AutoModelForCausalLM.from_pretrained(src).eval(), AutoTokenizer.from_pretrained(src)
-    data = Path(data_dir) if data_dir else Path(__file__).resolve().parents[2] / "gate" / "tasks" / "data"
-    docs = [json.loads(x) for x in (data / "kv.jsonl").read_text(encoding="utf-8").splitlines() if x]
+    docs = [
+        json.loads(x)
+        for x in (Path(data_dir or TASK_DATA_DIR) / "kv.jsonl").read_text(encoding="utf-8").splitlines()
+        if x
+    ]
     ids = [tok(d["prompt"], return_tensors="pt")["input_ids"] for d in docs[:prompts]]
     before = key_abs_mean(model, ids)
     planted = plant_key_outliers(model, before, ratio)
