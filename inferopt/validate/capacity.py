@@ -37,7 +37,7 @@ from inferopt.workload.build import build_workload, workload_hash
 from inferopt.workload.mixed import MixedLoad, merge_timeline
 from inferopt.workload.output_lengths import mark
 
-ProbePhase = Literal["start", "double", "halve", "bisect", "repeat"]
+ProbePhase = Literal["start", "double", "halve", "bisect", "repeat", "fixed"]  # fixed: a rate set outside the search
 CapacityStatus = Literal["bracketed", "budget_spent", "unbracketed", "unmet", "failed"]
 
 
