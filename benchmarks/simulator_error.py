@@ -293,7 +293,9 @@ def main() -> None:
         overlap += ov
         pairs.update({f"{engine} {label}": p for label, p in ps.items()})
     table = pd.concat([c.table.assign(engine=e) for e, c in cals.items()], ignore_index=True)
-    held = pd.concat([t.assign(engine=e) for e, t in ops.items()], ignore_index=True)
+    held_parts = [t.assign(engine=e) for e, t in ops.items() if len(t)]
+    # no search found a capacity to take shares of: nothing is held back (every error None)
+    held = pd.concat(held_parts, ignore_index=True) if held_parts else pd.DataFrame(columns=[*table.columns, "share"])
     fitted, searched = table[table["split"] == "fit"], table[table["split"] == "held_back"]
     plots.sim_error(pd.concat([fitted, held]), args.bound).savefig(out / "simulator_error.png", dpi=110)
     print(f"plot: {out / 'simulator_error.png'}")
