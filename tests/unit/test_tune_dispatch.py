@@ -78,7 +78,7 @@ def _search(tmp_path, runner=None, parallel=1, max_trials=5):
     return tune(fake(1, 5.0, "fake-b1"), LOAD, SLO, HW, tmp_path, **kw)
 
 
-@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~32 s here
+@pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~22 s here (one live search; the other replays it)
 def test_points_go_to_the_runner_in_waves_and_come_back_the_same(tmp_path):
     inline = _search(tmp_path / "inline")
     runner = Replayer(inline)
