@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import shutil
-from pathlib import Path
 
 import pytest
 from test_tune import HW, SLO, fake, point, workload
@@ -30,6 +29,10 @@ class Recorder:
         self.waves: list[list[PointJob]] = []
         self.lost = lost
 
+    def measure(self, job: PointJob, remote) -> None:
+        """What the worker does: the point's capacity search into its own directory, result beside it."""
+        save_capacity(capacity(job.system, LOAD, SLO, remote, budget=CAPACITY, arm=job.label), remote)
+
     def __call__(self, jobs):
         self.waves.append(list(jobs))
         out = []
@@ -38,8 +41,7 @@ class Recorder:
                 out.append(CapacityResult("failed", math.nan, None, None, "dispatch: flow run x ended CRASHED", ()))
                 continue
             remote = j.out_dir.parent.parent / "on-a-worker" / j.out_dir.name
-            cap = capacity(j.system, LOAD, SLO, remote, budget=CAPACITY, arm=j.label)
-            save_capacity(cap, remote)
+            self.measure(j, remote)
             shutil.copytree(remote, j.out_dir)  # what the fetch does: the directory travels
             shutil.rmtree(remote)
             out.append(load_capacity(j.out_dir))
@@ -47,28 +49,19 @@ class Recorder:
 
 
 class Replayer(Recorder):
-    """A runner whose workers measure what an earlier inline search measured: each job ships the inline point's
-    directory (its probes' records and `capacity.json`) back, so the ranking sees the same capacities. Two live
-    searches of one system differ by the box's noise (a coarse bracket can read as "winner" once, "tie" the next),
-    which is not what dispatch is asked to keep."""
+    """A runner whose workers measured what an earlier inline search (`inline`, run into `inline_dir`) measured:
+    each job's directory is that point's (its probes' records, its `capacity.json`), so the ranking sees the same
+    capacities. Two live searches of one system differ by the box's noise (a coarse bracket can read "winner"
+    once, "tie" the next), which is not what dispatch is asked to keep."""
 
-    def __init__(self, inline):
+    def __init__(self, inline, inline_dir):
         super().__init__()
-        self.inline = inline
+        self.inline, self.inline_dir = inline, inline_dir
 
-    def __call__(self, jobs):
-        self.waves.append(list(jobs))
-        out = []
-        for j in jobs:
-            cap = self.inline.points[j.index].capacity
-            here = Path(cap.probes[0].records_path).parent.parent  # <point>/probe-NN/requests.jsonl
-            save_capacity(cap, here)
-            remote = j.out_dir.parent.parent / "on-a-worker" / j.out_dir.name
-            shutil.copytree(here, remote)
-            shutil.copytree(remote, j.out_dir)
-            shutil.rmtree(remote)
-            out.append(load_capacity(j.out_dir))
-        return out
+    def measure(self, job: PointJob, remote) -> None:
+        here = self.inline_dir / "points" / job.out_dir.name  # the inline point's; its records lie under it
+        save_capacity(self.inline.points[job.index].capacity, here)  # their paths written relative to it
+        shutil.copytree(here, remote)
 
 
 def _search(tmp_path, runner=None, parallel=1, max_trials=5):
@@ -81,7 +74,7 @@ def _search(tmp_path, runner=None, parallel=1, max_trials=5):
 @pytest.mark.slow  # still run in CI; off the fast suite (~5 min): ~22 s here (one live search; the other replays it)
 def test_points_go_to_the_runner_in_waves_and_come_back_the_same(tmp_path):
     inline = _search(tmp_path / "inline")
-    runner = Replayer(inline)
+    runner = Replayer(inline, tmp_path / "inline")
     spread = _search(tmp_path / "workers", runner, parallel=3)
     assert [[j.label for j in w] for w in runner.waves] == [
         ["baseline"],
