@@ -7,7 +7,8 @@ is evaluated (`SuiteGate.paths`): hf in memory (the arm's dtype, attention, weig
 the loaded model); vLLM served (`served.py`: its own `vllm serve`, one at a time); openai served with
 `quality_model: system`, else the proxy in memory with default settings (said so); fake skipped. Tasks an
 endpoint could not serve are listed per arm with the reason; only documents both arms answered are compared.
-`sliced_gate(..., tasks=, cache=)` runs a subset of the suite and reuses an arm's results across calls.
+`sliced_gate(..., tasks=, cache=)` runs a subset of the suite and reuses an arm's results across calls; within
+one call, arms equal but for what the in-memory evaluation never reads (`UNREAD_IN_MEMORY`) run it once.
 
 Deliberately not here: the statistics (`sliced.py`), lm-eval wiring (`lmeval.py`), launching servers
 (`served.py`), the verdict.
@@ -119,10 +120,18 @@ def run_arm(system: AnySystem, gate: GateSettings, tasks: tuple[str, ...] = SUIT
 
 ArmCache = dict[str, tuple[Any, str]]  # `arm_key` -> run_arm's (SuiteResult, what was evaluated)
 
+# an hf system's fields that the in-memory evaluation never reads (`run_suite` loads the model with the arm's
+# dtype, attention, device, weights, KV cache, window and threads, then lm-eval drives it): the serving queue
+UNREAD_IN_MEMORY = frozenset({"name", "batching"})
+
 
 def arm_key(system: AnySystem, gate: GateSettings, tasks: tuple[str, ...]) -> str:
-    """Everything an arm's suite result depends on: the whole system, the evaluated model, the documents."""
-    what = [system.model_dump(mode="json"), gate.quality_model, gate.quality_limit, gate.quality_data_dir, tasks]
+    """Everything an arm's suite result depends on: the system (in memory, less `UNREAD_IN_MEMORY`; served,
+    all of it, as a server's scheduling can change its outputs), the evaluated model, the documents."""
+    fields = system.model_dump(mode="json")
+    if system.capabilities.quality_eval == "in-memory":
+        fields = {k: v for k, v in fields.items() if k not in UNREAD_IN_MEMORY}
+    what = [fields, gate.quality_model, gate.quality_limit, gate.quality_data_dir, tasks]
     return json.dumps(what, sort_keys=True, default=str)
 
 
@@ -134,8 +143,10 @@ def cached_arm(
     if cache is None:
         return run_arm(system, gate, tasks)
     key = arm_key(system, gate, tasks)
-    if key not in cache:
-        cache[key] = run_arm(system, gate, tasks)
+    if key in cache:
+        result, said = cache[key]
+        return result, f"{said} (reused: the evaluation of an arm that differs from this one in nothing it reads)"
+    cache[key] = run_arm(system, gate, tasks)
     return cache[key]
 
 
@@ -164,6 +175,7 @@ def sliced_gate(
     `skipped` with the reason, and the verdict decides what a skipped required gate means). `cache` (a dict
     kept by the caller) reuses an arm's results when the same arm comes again (`cached_arm`)."""
     arms = {"baseline": base, "candidate": cand}
+    cache = {} if cache is None else cache  # arms that evaluate the same settings run the suite once
     paths = {arm: evaluation_path(s, gate) for arm, s in arms.items()}
     if None in paths.values():
         return SuiteGate(

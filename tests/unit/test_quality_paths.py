@@ -206,7 +206,10 @@ def test_a_cache_runs_a_shared_baseline_once_and_keeps_the_statistics(monkeypatc
     monkeypatch.setattr(suite_gate, "run_arm", run_arm)
     gate, kv = GateSettings(quality_bootstrap=200), ("inferopt_kv",)
     base = HF.model_copy(update={"name": "hf"})
-    cands = [HF.model_copy(update={"name": n, "kv_cache": "quanto-int4"}) for n in ("c1", "c2", "c3")]
+    cands = [
+        HF.model_copy(update={"name": n, "kv_cache": "quanto-int4", "kv_residual_length": r})
+        for n, r in (("c1", 32), ("c2", 64), ("c3", 96))
+    ]
     cache: dict = {}
     cached = [suite_gate.sliced_gate(base, c, gate, tasks=kv, cache=cache) for c in cands]
     assert [n for n, _ in asked] == ["hf", "c1", "c2", "c3"] and {t for _, t in asked} == {kv}
@@ -221,3 +224,22 @@ def test_a_cache_runs_a_shared_baseline_once_and_keeps_the_statistics(monkeypatc
     )  # any setting of the system is part of the key
     assert suite_gate.arm_key(other, gate, kv) != suite_gate.arm_key(base, gate, kv)
     assert suite_gate.arm_key(base, gate, SUITE) != suite_gate.arm_key(base, gate, kv)
+
+
+def test_arms_that_differ_only_in_the_serving_queue_are_evaluated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batching candidate on hf: the in-memory suite reads nothing of the queue, so it runs once and says so;
+    a setting it does read (the KV cache) and a served arm's scheduling still run each arm."""
+    called = _stub(
+        monkeypatch, {"hf": SuiteResult({}, _samples([1.0] * 30)), "vllm": SuiteResult({}, _samples([1.0] * 30))}
+    )
+    gate = GateSettings(quality_bootstrap=200)
+    batching = HF.model_copy(
+        update={"name": "bigger-batch", "batching": HF.batching.model_copy(update={"max_batch_size": 16})}
+    )
+    res = suite_gate.sliced_gate(HF, batching, gate)
+    assert called == ["hf"] and res.status == "pass"
+    assert "reused" in res.evaluated["candidate"] and "reused" not in res.evaluated["baseline"]
+    suite_gate.sliced_gate(HF, batching.model_copy(update={"kv_cache": "quanto-int4"}), gate)
+    assert called == ["hf", "hf", "hf"]
+    suite_gate.sliced_gate(VLLM, VLLM.model_copy(update={"name": "v2", "max_num_seqs": 4}), gate)
+    assert called[3:] == ["vllm", "vllm"]
