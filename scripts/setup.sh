@@ -7,12 +7,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 parts=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$parts"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$parts"' EXIT
+# waits for one background part, prints its output, and fails the set-up with its exit code if it failed
+finish() {
+  local rc=0
+  wait "$2" || rc=$?
+  grep -v "is ignored: it is neither" "$parts/$1.log" >&2 || true
+  if [ "$rc" != 0 ]; then
+    echo "[setup] the $1 part failed (exit $rc; its output is above)" >&2
+    exit "$rc"
+  fi
+}
 
 # the vllm engine's own venv (.venv-vllm; INFEROPT_SKIP_VLLM=1 skips it)
 bash scripts/setup_vllm.sh > "$parts/vllm.log" 2>&1 &
-pids+=($!)
+vllm_pid=$!
 # headless Chromium for the report screenshots (~30 s once; INFEROPT_SKIP_CHROMIUM=1 skips it), then nginx (the
 # node-failure scenario's load balancer) only when missing and apt-get exists (INFEROPT_SKIP_NGINX=1 skips it):
 # one after the other, as both take apt's lock
@@ -22,7 +31,7 @@ pids+=($!)
     bash scripts/setup_nginx.sh
   fi
 } > "$parts/apt.log" 2>&1 &
-pids+=($!)
+apt_pid=$!
 
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
@@ -36,15 +45,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
   touch "$stamp"
 fi
-for part in vllm apt; do
-  rc=0
-  wait "${pids[0]}" || rc=$?
-  pids=("${pids[@]:1}")
-  grep -v "is ignored: it is neither" "$parts/$part.log" >&2 || true
-  if [ "$rc" != 0 ]; then
-    echo "[setup] the $part part failed (exit $rc; its output is above)" >&2
-    exit "$rc"
-  fi
-done
+finish vllm "$vllm_pid"
+finish apt "$apt_pid"
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 .venv/bin/python -m inferopt.model.build --name tiny-llama --quiet

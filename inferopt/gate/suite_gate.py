@@ -135,13 +135,9 @@ def arm_key(system: AnySystem, gate: GateSettings, tasks: tuple[str, ...]) -> st
     return json.dumps(what, sort_keys=True, default=str)
 
 
-def cached_arm(
-    system: AnySystem, gate: GateSettings, tasks: tuple[str, ...], cache: ArmCache | None
-) -> tuple[Any, str]:
-    """`run_arm`, once per `arm_key` when a cache is given (greedy decoding and log-likelihoods are
-    deterministic: a baseline shared by several candidates is evaluated once; the statistics are the same)."""
-    if cache is None:
-        return run_arm(system, gate, tasks)
+def cached_arm(system: AnySystem, gate: GateSettings, tasks: tuple[str, ...], cache: ArmCache) -> tuple[Any, str]:
+    """`run_arm`, once per `arm_key` in `cache` (greedy decoding and log-likelihoods are deterministic: a
+    baseline shared by several candidates is evaluated once; the statistics are the same)."""
     key = arm_key(system, gate, tasks)
     if key in cache:
         result, said = cache[key]
